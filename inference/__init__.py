@@ -1,0 +1,23 @@
+"""Custom inference for the model zoo: handlers, association, EM, and comparisons.
+
+The algorithms read the NumPyro programs of :mod:`ppl_models` through effect
+handlers (:mod:`inference.handlers`) and traces (:mod:`inference.energy`).
+"""
+
+from inference.association import AssociationResult, associate
+from inference.energy import QuadraticEnergy, check_quadratic, quadratic_energy
+from inference.handlers import noiseless, observation_noise
+
+__all__ = [
+    "AssociationResult",
+    "QuadraticEnergy",
+    "associate",
+    "check_quadratic",
+    "noiseless",
+    "observation_noise",
+    "quadratic_energy",
+]
+
+from inference.gvq import GVQResult, fit_gvq  # noqa: E402
+
+__all__ += ["GVQResult", "fit_gvq"]

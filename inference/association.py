@@ -1,0 +1,219 @@
+"""Association: find the binary state that best explains each example.
+
+``associate(features, x, method=...)`` is the one entry point for every
+association method of seed 000 sec. 4 (``shared/MODELS.md`` 1.3). The energy
+minimised is read from the program (:mod:`inference.energy`), so a modified
+program is associated without changes here.
+
+``method="exact"`` is the exhaustive search over all 2^n states (sec. 3.1,
+eq. 2). It uses the quadratic form: for each chunk of states S it computes
+q(S) = 1/2 diag(S W S^T) once and the energies of all examples as h @ S^T + q,
+a matrix product costing n multiply-adds per state and example instead of the
+dim of a brute-force distance. The states are generated from their indices
+chunk by chunk inside ``lax.scan``, so memory stays at num_examples x chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from inference._jit import freeze_options, split_model_kwargs
+from inference.energy import QuadraticEnergy, check_quadratic, energy_fn, quadratic_energy
+from ppl_models import gvq
+from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
+
+__all__ = ["AssociationResult", "associate", "exact_search", "MAX_EXACT_FEATURES", "METHODS",
+           "associate_energy"]
+
+#: Exhaustive search refuses more units than this: 2^24 states per example.
+MAX_EXACT_FEATURES = 24
+#: Elements of the (examples x states) energy block evaluated at once.
+_BLOCK_ELEMENTS = 1 << 22
+
+
+class AssociationResult(NamedTuple):
+    """Result of an association method.
+
+    Attributes
+    ----------
+    states : array (num_examples, num_features), int32 in {0, 1}
+        The best state found for each example.
+    energy : array (num_examples,)
+        Its energy E_x(s) (for GVQ in the sigma -> 0 limit, ||x - s @ F||^2).
+    converged : array (num_examples,), bool
+        Whether the method reached its stopping criterion (always True for "exact").
+    trace : array or None
+        Per-sweep trace of iterative methods (None for "exact").
+    """
+
+    states: jax.Array
+    energy: jax.Array
+    converged: jax.Array
+    trace: jax.Array | None = None
+
+
+def _chunk_size(num_features: int, num_examples: int, chunk_size: int | None) -> int:
+    total = 1 << num_features
+    if chunk_size is None:
+        chunk_size = max(64, _BLOCK_ELEMENTS // max(num_examples, 1))
+    chunk_size = min(total, 1 << max(0, int(chunk_size).bit_length() - 1))  # a power of two
+    return chunk_size
+
+
+def exact_search(energy: QuadraticEnergy, *, chunk_size: int | None = None):
+    """Exhaustive minimisation of a quadratic binary energy.
+
+    Parameters
+    ----------
+    energy : QuadraticEnergy
+        h (num_examples, n), W (n, n), constant (num_examples,).
+    chunk_size : int, optional
+        States per block (rounded down to a power of two). Default keeps the
+        block of energies near 4M elements.
+
+    Returns
+    -------
+    states : int32 array (num_examples, n)
+    energies : array (num_examples,)
+        The minimum energy of each example, from the quadratic form.
+    """
+    num_examples, num_features = energy.linear.shape
+    chunk = _chunk_size(num_features, num_examples, chunk_size)
+    num_chunks = (1 << num_features) // chunk
+    bits = jnp.arange(num_features, dtype=jnp.int32)
+    dtype = energy.linear.dtype
+
+    def chunk_states(k):
+        index = k * chunk + jnp.arange(chunk, dtype=jnp.int32)
+        return ((index[:, None] >> bits) & 1).astype(dtype)  # (chunk, n)
+
+    def search_one(h):  # one example; vmapped below
+        def body(carry, k):
+            best_energy, best_index = carry
+            states = chunk_states(k)
+            quad = 0.5 * jnp.sum((states @ energy.couplings) * states, axis=-1)
+            energies = states @ h + quad
+            j = jnp.argmin(energies)
+            better = energies[j] < best_energy
+            return (
+                jnp.where(better, energies[j], best_energy),
+                jnp.where(better, k * chunk + j.astype(jnp.int32), best_index),
+            ), None
+
+        init = (jnp.asarray(jnp.inf, dtype), jnp.asarray(0, jnp.int32))
+        (best_energy, best_index), _ = jax.lax.scan(body, init, jnp.arange(num_chunks))
+        return best_energy, best_index
+
+    best_energy, best_index = jax.vmap(search_one)(energy.linear)
+    states = (best_index[:, None] >> bits) & 1
+    return states.astype(jnp.int32), best_energy + energy.constant
+
+
+def _exact(energy: QuadraticEnergy, exact_energy: Callable, *, rng_key=None, chunk_size=None):
+    states, _ = exact_search(energy, chunk_size=chunk_size)
+    converged = jnp.ones(states.shape[0], dtype=bool)
+    return AssociationResult(states, exact_energy(states), converged, None)
+
+
+#: Association methods: name -> function(energy, exact_energy, *, rng_key, **options).
+METHODS: dict[str, Callable] = {"exact": _exact}
+
+
+def associate(
+    features,
+    x,
+    method: str = "exact",
+    *,
+    rng_key=None,
+    model: Callable | None = None,
+    model_kwargs: dict | None = None,
+    latent: str = "s",
+    noise=None,
+    check: bool = True,
+    **options,
+) -> AssociationResult:
+    """Find, for every example, the binary state that minimises the program's energy.
+
+    Parameters
+    ----------
+    features : array (num_features, dim)
+        The features F, passed to the program as ``features=``.
+    x : array (num_examples, dim)
+        Data, one example per row.
+    method : str
+        One of :data:`METHODS` (``"exact"``: exhaustive search).
+    rng_key : jax.random key, optional
+        For randomised methods (unused by ``"exact"``).
+    model : callable, optional
+        The program; default :func:`ppl_models.gvq.model`. A variant must take
+        ``model(x, features=F, **model_kwargs)`` and have the binary site
+        ``latent`` of shape (num_examples, num_features).
+    model_kwargs : dict, optional
+        Further keyword arguments of the program (e.g. ``prior_probs``).
+    noise : float or None
+        ``None`` (default): the deterministic sigma -> 0 limit, E = ||x - s F||^2
+        for GVQ. A positive float: the MAP state at that observation noise,
+        where priors on s count (E = -2 noise^2 log p(x, s)).
+    check : bool
+        Verify once that the program is quadratic in ``latent`` (skipped under jit).
+    **options
+        Method options, e.g. ``chunk_size`` for ``"exact"``.
+
+    Returns
+    -------
+    AssociationResult
+        ``states`` (num_examples, num_features), ``energy`` (num_examples,),
+        ``converged`` (num_examples,), ``trace``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    features = check_features(features)
+    num_features = check_positive_int(
+        int(features.shape[0]), "features.shape[0] (num_features)",
+        maximum=MAX_EXACT_FEATURES if method == "exact" else None,
+        why=" for exhaustive search (2^num_features states per example)",
+    )
+    x = check_data(x, "x", dim=int(features.shape[1]))
+    if noise is not None:
+        check_positive(noise, "noise")
+    model = gvq.model if model is None else model
+    dynamic, static = split_model_kwargs(model_kwargs)
+    if check:
+        check_quadratic(model, x, latent=latent, noise=noise,
+                        model_kwargs={**(model_kwargs or {}), "features": features})
+    rng_key = jax.random.key(0) if rng_key is None else rng_key
+    return _associate_jit(
+        features, x, noise, dynamic, rng_key, method=method, model=model, latent=latent,
+        static_kwargs=static, options=freeze_options(options),
+    )
+
+
+def associate_energy(model, x, model_kwargs, *, method, latent="s", noise=None, rng_key=None,
+                     options=None, num_features=None) -> AssociationResult:
+    """Associate ``x`` under the program's energy (no validation; jittable).
+
+    The common core of :func:`associate` and the EM drivers: builds the
+    quadratic energy from ``model(x, **model_kwargs)`` and runs ``method``.
+    """
+    energy = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs,
+                              num_features=num_features)
+    row_energy = energy_fn(model, latent=latent, noise=noise, model_kwargs=model_kwargs)
+
+    def exact_energy(states):
+        return jax.vmap(row_energy)(x, states.astype(x.dtype))
+
+    return METHODS[method](energy, exact_energy, rng_key=rng_key, **(options or {}))
+
+
+@partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options"))
+def _associate_jit(features, x, noise, dynamic_kwargs, rng_key, *, method, model, latent,
+                   static_kwargs, options):
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "features": features}
+    return associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
+                            rng_key=rng_key, options=dict(options),
+                            num_features=features.shape[0])

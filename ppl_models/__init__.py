@@ -1,0 +1,10 @@
+"""NumPyro programs of the model zoo, their data generators and metadata.
+
+Each module holds one model family as an ordinary NumPyro program with finite
+observation noise; :data:`REGISTRY` maps model names to their :class:`ModelInfo`.
+"""
+
+from ppl_models import gvq
+from ppl_models.registry import REGISTRY, ModelInfo, register
+
+__all__ = ["REGISTRY", "ModelInfo", "register", "gvq"]

@@ -1,0 +1,78 @@
+"""Argument checks shared by the models and the inference code.
+
+Every public function validates its input and raises ``ValueError`` or
+``TypeError`` naming the argument, what was expected and what was given.
+Checks run only on concrete arrays: inside ``jit`` they are skipped.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["check_data", "check_positive_int", "check_positive", "check_features", "is_traced"]
+
+
+def is_traced(value) -> bool:
+    """True when ``value`` is a JAX tracer (we are inside ``jit``/``vmap``)."""
+    return isinstance(value, jax.core.Tracer)
+
+
+def check_data(x, name: str = "x", *, dim: int | None = None, min_examples: int = 1):
+    """Return ``x`` as a 2-D float array (num_examples, dim) after checking it.
+
+    Raises ``ValueError`` when ``x`` is not 2-D, has fewer than ``min_examples``
+    rows, a different number of columns than ``dim``, or any NaN/inf.
+    """
+    if is_traced(x):
+        return x
+    try:
+        arr = np.asarray(x)
+    except Exception as err:  # pragma: no cover - exotic input
+        raise TypeError(f"{name} must be an array of numbers; got {type(x).__name__}") from err
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D with shape (num_examples, dim); got shape {arr.shape}"
+        )
+    if arr.shape[0] < min_examples:
+        raise ValueError(
+            f"{name} must have at least {min_examples} example(s) (rows); got shape {arr.shape}"
+        )
+    if arr.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one dimension (column); got shape {arr.shape}")
+    if dim is not None and arr.shape[1] != dim:
+        raise ValueError(f"{name} must have {dim} columns to match the features; got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} contains {bad} NaN or infinite value(s); all entries must be finite")
+    dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else jnp.result_type(float)
+    return jnp.asarray(arr, dtype=dtype)
+
+
+def check_features(features, name: str = "features"):
+    """Return the feature matrix F (num_features, dim) as a float array after checking it."""
+    return check_data(features, name)
+
+
+def check_positive_int(value, name: str, *, maximum: int | None = None, why: str = "") -> int:
+    """Return ``value`` as an int >= 1, or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1; got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}{why}; got {value}")
+    return int(value)
+
+
+def check_positive(value, name: str):
+    """Check that a concrete scalar or array is positive and finite; return it."""
+    if is_traced(value):
+        return value
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+        raise ValueError(f"{name} must be positive and finite; got {value!r}")
+    return value
