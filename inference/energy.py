@@ -25,6 +25,7 @@ weight and argmin_s E is the MAP state.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -33,6 +34,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
+from inference._jit import split_model_kwargs
 from inference.handlers import noiseless, observation_noise
 from ppl_models.validation import is_traced
 
@@ -150,22 +152,17 @@ def check_quadratic(
     up to 16 examples and compares with the quadratic form. Raises
     ``ValueError`` when they differ by more than ``rtol`` relative to the
     energies' scale: the program is not quadratic in ``latent`` and the
-    quadratic-form algorithms do not apply to it. Returns the energy. Not
-    jittable (it raises); the algorithms call it once before their loops.
+    quadratic-form algorithms do not apply to it. Returns the energy of all of
+    ``x``. Not jittable (it raises); the algorithms call it once before their
+    loops.
     """
-    energy_q = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs)
     if is_traced(x):
-        return energy_q
+        return quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs)
     rng_key = jax.random.key(0) if rng_key is None else rng_key
-    num_features = energy_q.linear.shape[1]
-    sub = jnp.asarray(x[:16])
-    states = jax.random.bernoulli(rng_key, 0.5, (num_checks, sub.shape[0], num_features))
-    states = states.astype(sub.dtype)
-    exact = jax.vmap(jax.vmap(energy_fn(model, latent=latent, noise=noise,
-                                        model_kwargs=model_kwargs)), (None, 0))(sub, states)
-    part = QuadraticEnergy(energy_q.linear[: sub.shape[0]], energy_q.couplings,
-                           energy_q.constant[: sub.shape[0]])
-    approx = jax.vmap(part)(states)
+    dynamic, static = split_model_kwargs(model_kwargs)
+    energy_q, exact, approx = _check_quadratic_jit(
+        jnp.asarray(x), noise, dynamic, rng_key, model=model, latent=latent,
+        static_kwargs=static, num_checks=num_checks)
     scale = float(jnp.max(jnp.abs(exact))) + 1.0
     err = float(jnp.max(jnp.abs(exact - approx)))
     if not np.isfinite(err) or err > rtol * scale:
@@ -176,3 +173,20 @@ def check_quadratic(
             "linear in the binary states"
         )
     return energy_q
+
+
+@partial(jax.jit, static_argnames=("model", "latent", "static_kwargs", "num_checks"))
+def _check_quadratic_jit(x, noise, dynamic_kwargs, rng_key, *, model, latent, static_kwargs,
+                         num_checks):
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
+    energy_q = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=kwargs)
+    num_features = energy_q.linear.shape[1]
+    sub = x[:16]
+    states = jax.random.bernoulli(rng_key, 0.5, (num_checks, sub.shape[0], num_features))
+    states = states.astype(sub.dtype)
+    row_energy = energy_fn(model, latent=latent, noise=noise, model_kwargs=kwargs)
+    exact = jax.vmap(jax.vmap(row_energy), (None, 0))(sub, states)
+    part = QuadraticEnergy(energy_q.linear[: sub.shape[0]], energy_q.couplings,
+                           energy_q.constant[: sub.shape[0]])
+    approx = jax.vmap(part)(states)
+    return energy_q, exact, approx

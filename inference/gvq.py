@@ -28,15 +28,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from inference._jit import freeze_options, split_model_kwargs
 from inference.association import MAX_EXACT_FEATURES, METHODS, associate_energy
 from inference.energy import check_quadratic
 from ppl_models import gvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
 
-__all__ = ["GVQState", "GVQInfo", "GVQResult", "init", "step", "fit_gvq", "initial_features"]
+__all__ = ["GVQState", "GVQInfo", "GVQResult", "init", "step", "fit_gvq", "initial_features",
+           "m_step", "match_features"]
 
 
 class GVQState(NamedTuple):
@@ -265,13 +268,13 @@ def fit_gvq(
     errors = states.error
     if not bool(jnp.all(jnp.isfinite(errors))):
         warnings.warn("fit_gvq: some restarts ended with a non-finite error; they are skipped",
-                      RuntimeWarning, stacklevel=2)
+                      NumericalWarning, stacklevel=2)
     best = int(jnp.argmin(jnp.where(jnp.isfinite(errors), errors, jnp.inf)))
     converged = bool(states.converged[best])
     if not converged:
         warnings.warn(
             f"fit_gvq: not converged after {num_iterations} iterations (associations still "
-            "changing); raise num_iterations", RuntimeWarning, stacklevel=2)
+            "changing); raise num_iterations", ConvergenceWarning, stacklevel=2)
     return GVQResult(
         features=states.features[best], states=states.states[best], error=errors[best],
         error_trace=traces[best], num_iterations=counts[best], converged=jnp.asarray(converged),
@@ -311,3 +314,29 @@ def _run_with_progress(keys, x, starts, noise, dynamic, num_iterations, common):
     pad = num_iterations - trace.shape[1]
     trace = jnp.concatenate([trace, jnp.repeat(trace[:, -1:], pad, axis=1)], axis=1)
     return states, trace, counts
+
+
+def match_features(learned, planted):
+    """Match learned features to planted ones up to permutation.
+
+    Rows are paired by the Hungarian algorithm on the maximum absolute
+    difference between rows (``scipy.optimize.linear_sum_assignment``).
+
+    Returns
+    -------
+    permutation : int array (num_features,)
+        ``learned[permutation]`` is aligned with ``planted``.
+    max_abs_error : float
+        max |learned[permutation] - planted| over all entries.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    learned, planted = np.asarray(learned), np.asarray(planted)
+    if learned.shape != planted.shape:
+        raise ValueError(
+            f"learned and planted must have the same shape; got {learned.shape} and "
+            f"{planted.shape}")
+    cost = np.abs(planted[:, None, :] - learned[None, :, :]).max(axis=-1)
+    rows, cols = linear_sum_assignment(cost)
+    permutation = cols[np.argsort(rows)]
+    return permutation, float(np.abs(learned[permutation] - planted).max())

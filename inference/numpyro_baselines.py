@@ -41,6 +41,7 @@ from inference.association import AssociationResult, associate
 from inference.energy import energy_fn
 from inference.gvq import GVQResult, initial_features
 from ppl_models import gvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
 
 __all__ = ["map_associate", "fit_gvq_svi", "MAX_ENUMERATED_FEATURES"]
@@ -206,13 +207,13 @@ def fit_gvq_svi(
     final = losses[:, -1]
     if not bool(jnp.all(jnp.isfinite(final))):
         warnings.warn("fit_gvq_svi: some restarts ended with a non-finite loss; they are skipped",
-                      RuntimeWarning, stacklevel=2)
+                      NumericalWarning, stacklevel=2)
     best = int(jnp.argmin(jnp.where(jnp.isfinite(final), final, jnp.inf)))
     tail = losses[best, -max(2, num_steps // 10):]
     converged = bool(jnp.abs(tail[-1] - tail[0]) <= rtol * (jnp.abs(tail[-1]) + 1.0))
     if not converged:
         warnings.warn(f"fit_gvq_svi: loss still changing after {num_steps} steps; raise num_steps",
-                      RuntimeWarning, stacklevel=2)
+                      ConvergenceWarning, stacklevel=2)
     result = associate(features[best], x, model=model, model_kwargs=model_kwargs, check=False)
     error = jnp.mean(result.energy)
     return GVQResult(
