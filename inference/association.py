@@ -106,7 +106,8 @@ def exact_search(energy: QuadraticEnergy, *, chunk_size: int | None = None):
             ), None
 
         init = (jnp.asarray(jnp.inf, dtype), jnp.asarray(0, jnp.int32))
-        (best_energy, best_index), _ = jax.lax.scan(body, init, jnp.arange(num_chunks))
+        chunks = jnp.arange(num_chunks, dtype=jnp.int32)
+        (best_energy, best_index), _ = jax.lax.scan(body, init, chunks)
         return best_energy, best_index
 
     best_energy, best_index = jax.vmap(search_one)(energy.linear)
@@ -173,7 +174,7 @@ def associate(
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
     features = check_features(features)
-    num_features = check_positive_int(
+    check_positive_int(
         int(features.shape[0]), "features.shape[0] (num_features)",
         maximum=MAX_EXACT_FEATURES if method == "exact" else None,
         why=" for exhaustive search (2^num_features states per example)",

@@ -121,17 +121,36 @@ def quadratic_energy(
     See the module docstring for the units. The couplings W are taken from the
     first example: for a program whose log-density is quadratic in s they do
     not depend on x (a Gaussian with mean linear in s; :func:`check_quadratic`
-    tests this). Jittable.
+    tests this). Runs jitted when called with concrete arrays, and traces
+    inline when called inside ``jit``.
 
     Returns
     -------
     QuadraticEnergy
         ``linear`` (num_examples, n), ``couplings`` (n, n), ``constant`` (num_examples,).
     """
+    if is_traced(x) or any(is_traced(v) for v in jax.tree.leaves(model_kwargs)) or \
+            is_traced(noise):
+        return _quadratic_energy(model, x, latent=latent, noise=noise,
+                                 model_kwargs=model_kwargs, num_features=num_features)
+    dynamic, static = split_model_kwargs(model_kwargs)
+    return _quadratic_energy_jit(jnp.asarray(x), noise, dynamic, model=model, latent=latent,
+                                 static_kwargs=static, num_features=num_features)
+
+
+@partial(jax.jit, static_argnames=("model", "latent", "static_kwargs", "num_features"))
+def _quadratic_energy_jit(x, noise, dynamic_kwargs, *, model, latent, static_kwargs,
+                          num_features):
+    return _quadratic_energy(model, x, latent=latent, noise=noise,
+                             model_kwargs={**dynamic_kwargs, **dict(static_kwargs)},
+                             num_features=num_features)
+
+
+def _quadratic_energy(model, x, *, latent, noise, model_kwargs, num_features):
     if num_features is None:
         num_features = latent_size(model, x, latent=latent, model_kwargs=model_kwargs)
     energy = energy_fn(model, latent=latent, noise=noise, model_kwargs=model_kwargs)
-    zero = jnp.zeros(num_features, dtype=jnp.result_type(float))
+    zero = jnp.zeros(num_features, dtype=x.dtype)
     constant = jax.vmap(energy, (0, None))(x, zero)
     gradient = jax.vmap(jax.grad(energy, argnums=1), (0, None))(x, zero)
     hessian = jax.hessian(energy, argnums=1)(x[0], zero)
@@ -157,7 +176,8 @@ def check_quadratic(
     loops.
     """
     if is_traced(x):
-        return quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs)
+        return _quadratic_energy(model, x, latent=latent, noise=noise,
+                                 model_kwargs=model_kwargs, num_features=None)
     rng_key = jax.random.key(0) if rng_key is None else rng_key
     dynamic, static = split_model_kwargs(model_kwargs)
     energy_q, exact, approx = _check_quadratic_jit(
@@ -179,7 +199,8 @@ def check_quadratic(
 def _check_quadratic_jit(x, noise, dynamic_kwargs, rng_key, *, model, latent, static_kwargs,
                          num_checks):
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
-    energy_q = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=kwargs)
+    energy_q = _quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=kwargs,
+                                 num_features=None)
     num_features = energy_q.linear.shape[1]
     sub = x[:16]
     states = jax.random.bernoulli(rng_key, 0.5, (num_checks, sub.shape[0], num_features))

@@ -302,7 +302,7 @@ def _run_with_progress(keys, x, starts, noise, dynamic, num_iterations, common):
     traces, counts = [], jnp.zeros(keys.shape[0], jnp.int32)
     with tqdm(total=num_iterations, desc="GVQ-EM", leave=False) as bar:
         for i in range(num_iterations):
-            step_keys = jax.vmap(lambda k: jax.random.fold_in(k, i))(keys)
+            step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, i)
             counts = counts + (~states.converged).astype(jnp.int32)
             states = _vmapped_step(step_keys, states, x, noise, dynamic, **common)
             traces.append(states.error)

@@ -37,6 +37,8 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
 
+from ppl_models.validation import is_traced
+
 __all__ = ["observation_noise", "noiseless", "NoiselessGaussian", "map_gaussian"]
 
 
@@ -87,11 +89,21 @@ def map_gaussian(fn: dist.Distribution, leaf: Callable[[dist.Normal], dist.Distr
         return None if inner is None else dist.Independent(inner, fn.reinterpreted_batch_ndims)
     if isinstance(fn, dist.ExpandedDistribution):
         inner = map_gaussian(fn.base_dist, leaf)
-        return None if inner is None else inner.expand(fn.batch_shape)
+        return None if inner is None else _expand(inner, fn.batch_shape)
     if isinstance(fn, dist.MaskedDistribution):
         inner = map_gaussian(fn.base_dist, leaf)
         return None if inner is None else inner.mask(fn._mask)
     return None
+
+
+def _expand(fn, batch_shape):
+    """``fn.expand(batch_shape)``, but a Normal stays a Normal with broadcast parameters."""
+    if isinstance(fn, dist.Normal):
+        return dist.Normal(jnp.broadcast_to(fn.loc, batch_shape),
+                           jnp.broadcast_to(fn.scale, batch_shape))
+    if isinstance(fn, NoiselessGaussian):
+        return NoiselessGaussian(jnp.broadcast_to(fn.loc, batch_shape))
+    return fn.expand(batch_shape)
 
 
 def _site_names(sites: Iterable[str] | str | None) -> frozenset[str] | None:
@@ -101,7 +113,8 @@ def _site_names(sites: Iterable[str] | str | None) -> frozenset[str] | None:
         return frozenset([sites])
     names = frozenset(sites)
     if not names or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"sites must be a site name or a non-empty collection of names; got {sites!r}")
+        raise TypeError(
+            f"sites must be a site name or a non-empty collection of names; got {sites!r}")
     return names
 
 
@@ -158,19 +171,19 @@ class observation_noise(_GaussianSiteMessenger):
     ...         numpyro.sample("x", dist.Normal(mu, 1.0), obs=x)
     >>> x = jnp.zeros(3)
     >>> tr = handlers.trace(handlers.seed(observation_noise(model, sigma=0.1), 0)).get_trace(x)
-    >>> float(tr["x"]["fn"].scale), float(tr["mu"]["fn"].scale)  # the prior is untouched
-    (0.1, 1.0)
+    >>> tr["x"]["fn"].scale, tr["mu"]["fn"].scale  # the prior is untouched
+    (Array([0.1, 0.1, 0.1], dtype=float32, weak_type=True), 1.0)
     >>> with observation_noise(factor=0.5):
     ...     tr = handlers.trace(handlers.seed(model, 0)).get_trace(x)
-    >>> float(tr["x"]["fn"].scale)
-    0.5
+    >>> tr["x"]["fn"].scale
+    Array([0.5, 0.5, 0.5], dtype=float32, weak_type=True)
     """
 
     def __init__(self, fn=None, sigma=None, factor=None, sites=None):
         if (sigma is None) == (factor is None):
             raise ValueError("observation_noise: give exactly one of sigma= and factor=")
         for name, value in (("sigma", sigma), ("factor", factor)):
-            if value is not None and _is_concrete(value):
+            if value is not None and not is_traced(value):
                 v = jnp.asarray(value)
                 if not bool(jnp.all(jnp.isfinite(v))) or not bool(jnp.all(v > 0)):
                     raise ValueError(
@@ -186,7 +199,8 @@ class observation_noise(_GaussianSiteMessenger):
 
         def leaf(normal):
             scale = self.sigma if self.sigma is not None else normal.scale * self.factor
-            scale = jnp.broadcast_to(scale, jnp.broadcast_shapes(jnp.shape(scale), normal.batch_shape))
+            shape = jnp.broadcast_shapes(jnp.shape(scale), normal.batch_shape)
+            scale = jnp.broadcast_to(scale, shape)
             loc = jnp.broadcast_to(normal.loc, jnp.shape(scale))
             return dist.Normal(loc, scale)
 
@@ -238,9 +252,3 @@ class noiseless(_GaussianSiteMessenger):
         msg["scale"] = 0.0 if msg["scale"] is None else 0.0 * msg["scale"]
 
 
-def _is_concrete(value) -> bool:
-    try:
-        jnp.asarray(value).__array__()
-    except Exception:  # a tracer inside jit: validated by the caller's schedule
-        return False
-    return True

@@ -93,7 +93,7 @@ def map_associate(
         from the program like the custom methods), ``converged`` all True.
     """
     features = check_features(features)
-    num_features = check_positive_int(
+    check_positive_int(
         int(features.shape[0]), "features.shape[0] (num_features)",
         maximum=MAX_ENUMERATED_FEATURES, why=" for enumeration (2^num_features states)")
     x = check_data(x, "x", dim=int(features.shape[1]))

@@ -141,7 +141,8 @@ def planted_features(
     )
     key_mask, key_weights = jax.random.split(rng_key)
     # For every column pick num_parents rows: the ranks of iid uniforms.
-    ranks = jnp.argsort(jnp.argsort(jax.random.uniform(key_mask, (dim, num_features)), axis=1), axis=1)
+    uniforms = jax.random.uniform(key_mask, (dim, num_features))
+    ranks = jnp.argsort(jnp.argsort(uniforms, axis=1), axis=1)
     mask = (ranks < num_parents).T
     weights = feature_mean + feature_std * jax.random.normal(key_weights, (num_features, dim))
     return jnp.where(mask, weights, 0.0)

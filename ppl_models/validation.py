@@ -42,12 +42,15 @@ def check_data(x, name: str = "x", *, dim: int | None = None, min_examples: int 
             f"{name} must have at least {min_examples} example(s) (rows); got shape {arr.shape}"
         )
     if arr.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one dimension (column); got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must have at least one dimension (column); got shape {arr.shape}")
     if dim is not None and arr.shape[1] != dim:
-        raise ValueError(f"{name} must have {dim} columns to match the features; got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must have {dim} columns to match the features; got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(f"{name} contains {bad} NaN or infinite value(s); all entries must be finite")
+        raise ValueError(
+            f"{name} contains {bad} NaN or infinite value(s); all entries must be finite")
     dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else jnp.result_type(float)
     return jnp.asarray(arr, dtype=dtype)
 

@@ -108,3 +108,12 @@ def test_variant_program_exact_association_and_em():
     # At the fixed point, the states are the variant's MAP states under the learned features.
     np.testing.assert_array_equal(
         np.asarray(fit.states), map_by_enumeration(fit.features, data.x, sigma, p_on))
+
+
+def test_progress_bar_driver_gives_the_same_fit():
+    data = gvq.generate_planted(jax.random.key(9), 120, 4, 6, noise_scale=0.2)
+    plain = fit_gvq(data.x, 4, rng_key=jax.random.key(2), num_restarts=2)
+    shown = fit_gvq(data.x, 4, rng_key=jax.random.key(2), num_restarts=2, progress_bar=True)
+    np.testing.assert_allclose(plain.features, shown.features, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(plain.error_trace, shown.error_trace, rtol=1e-5)
+    assert int(plain.num_iterations) == int(shown.num_iterations)

@@ -1,0 +1,133 @@
+"""GVQ learned by EM on planted features, against NumPyro's SVI on the same program.
+
+Seed 000, sec. 3.1 (EM in the sigma -> 0 limit) on the sec. 4.3 generator:
+features with entries N(2, 1), binary states with p = 1/2, Gaussian noise.
+For several data seeds the script fits
+
+* EM with exact association from one random start and from the best of four;
+* SVI with ``TraceEnum_ELBO`` and a point-mass guide on F, at two noise levels
+  of the program, from the same four starts;
+
+and reports how often each recovers the planted features (max abs error
+< 0.05 after matching rows), the final mean squared error against the noise
+floor dim * sigma^2, and the time. It saves a figure of the EM error traces
+and of planted vs learned features.
+
+The paper gives no recovery rates for this set-up (its sec. 4.3 compares the
+association step, which the association example covers); the check here is
+against the planted truth and the noise floor.
+
+Run: ``python examples/gvq_planted.py [--quick] [--output-dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from inference import fit_gvq
+from inference.gvq import initial_features, match_features
+from inference.numpyro_baselines import fit_gvq_svi
+from ppl_models import gvq
+from ppl_models.diagnostics import ZooWarning
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 seeds, fewer SVI steps")
+    parser.add_argument("--seeds", type=int, default=10, help="number of data seeds")
+    parser.add_argument("--output-dir", default="zoo-results", help="folder for the figure")
+    parser.add_argument("--noise", type=float, default=0.1, help="noise std of the data")
+    args = parser.parse_args(argv)
+    num_seeds = 3 if args.quick else args.seeds
+    num_examples, num_features, dim = (200 if args.quick else 500), 6, 16
+    svi_steps = 300 if args.quick else 1500
+    floor = dim * args.noise**2
+
+    methods = ["EM, 1 start", "EM, best of 4", f"SVI sigma={args.noise:g}", "SVI sigma=0.3"]
+    stats = {m: {"recovered": 0, "error": [], "time": []} for m in methods}
+    traces, shown = [], None
+    for seed in range(num_seeds):
+        data = gvq.generate_planted(jax.random.key(1000 + seed), num_examples, num_features,
+                                    dim, noise_scale=args.noise)
+        key = jax.random.key(seed)
+        starts = jax.vmap(lambda k, x=data.x: initial_features(k, x, num_features))(
+            jax.random.split(key, 4))
+        runs = {
+            methods[0]: lambda d=data, k=key, s=starts: fit_gvq(
+                d.x, num_features, rng_key=k, num_restarts=1, init_features=s[:1]),
+            methods[1]: lambda d=data, k=key, s=starts: fit_gvq(
+                d.x, num_features, rng_key=k, num_restarts=4, init_features=s),
+            methods[2]: lambda d=data, k=key, s=starts: fit_gvq_svi(
+                d.x, num_features, rng_key=k, sigma=args.noise, num_steps=svi_steps,
+                num_restarts=4, init_features=s),
+            methods[3]: lambda d=data, k=key, s=starts: fit_gvq_svi(
+                d.x, num_features, rng_key=k, sigma=0.3, num_steps=svi_steps,
+                num_restarts=4, init_features=s),
+        }
+        for name, run in runs.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ZooWarning)
+                start = time.perf_counter()
+                result = jax.block_until_ready(run())
+                elapsed = time.perf_counter() - start
+            _, feature_error = match_features(result.features, data.features)
+            stats[name]["recovered"] += feature_error < 0.05
+            stats[name]["error"].append(float(result.error))
+            stats[name]["time"].append(elapsed)
+            if name == methods[1]:
+                traces.append(np.asarray(result.error_trace[: int(result.num_iterations)]))
+                if shown is None:
+                    perm, _ = match_features(result.features, data.features)
+                    shown = (np.asarray(data.features), np.asarray(result.features)[perm])
+
+    print(f"GVQ on planted data: {num_seeds} seeds, {num_examples} examples, "
+          f"{num_features} features, dim {dim}, noise {args.noise:g} "
+          f"(noise floor dim*sigma^2 = {floor:.3g})")
+    print(f"{'method':22s} {'recovered':>10s} {'median error':>13s} {'median time s':>14s}")
+    for name in methods:
+        s = stats[name]
+        print(f"{name:22s} {s['recovered']:>4d} / {num_seeds:<3d} {np.median(s['error']):13.4g} "
+              f"{np.median(s['time']):14.3g}")
+    print("Times include compilation on the first seed. The paper reports no recovery rates "
+          "for this set-up; a recovered fit sits at the noise floor.")
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('matplotlib is not installed (pip install -e ".[examples]"): no figure')
+        return stats
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    for trace in traces:
+        axes[0].semilogy(np.arange(1, len(trace) + 1), trace, marker=".")
+    axes[0].axhline(floor, color="k", ls="--", label="noise floor")
+    axes[0].set_xlabel("EM iteration")
+    axes[0].set_ylabel("mean ||x - sF||^2")
+    axes[0].set_title("EM error per iteration (one line per seed)")
+    axes[0].legend()
+    vmax = float(np.abs(shown[0]).max())
+    for ax, matrix, title in zip(axes[1:], shown, ("planted F", "learned F (EM)"), strict=True):
+        ax.imshow(matrix, cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+        ax.set_title(title)
+        ax.set_xlabel("dimension")
+        ax.set_ylabel("feature")
+    fig.tight_layout()
+    path = out / "gvq_planted.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return stats
+
+
+if __name__ == "__main__":
+    main()
