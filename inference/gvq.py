@@ -36,7 +36,7 @@ from inference.association import MAX_EXACT_FEATURES, METHODS, associate_energy
 from inference.energy import check_quadratic
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
+from ppl_models.validation import check_data, check_positive, check_positive_int
 
 __all__ = ["GVQState", "GVQInfo", "GVQResult", "init", "step", "fit_gvq", "initial_features",
            "m_step", "match_features"]
@@ -110,6 +110,31 @@ def initial_features(rng_key, x, num_features: int):
     mean = jnp.mean(x, axis=0) / half
     std = jnp.std(x, axis=0) / jnp.sqrt(half) + 1e-6
     return mean + std * jax.random.normal(rng_key, (num_features, x.shape[1]), x.dtype)
+
+
+def restart_features(rng_key, x, num_features: int, num_restarts: int, init_features=None):
+    """Starting features of every restart, shape (num_restarts, num_features, dim).
+
+    Random (:func:`initial_features`, one key per restart) unless
+    ``init_features`` is given as (num_features, dim), shared by all restarts,
+    or (num_restarts, num_features, dim); it is checked for shape and finiteness.
+    """
+    dim = x.shape[1]
+    if init_features is None:
+        return jax.vmap(lambda k: initial_features(k, x, num_features))(
+            jax.random.split(rng_key, num_restarts))
+    starts = np.asarray(init_features)
+    expected = f"({num_features}, {dim}) or ({num_restarts}, {num_features}, {dim})"
+    if starts.ndim == 2:
+        starts = np.broadcast_to(starts, (num_restarts, *starts.shape))
+    if starts.shape != (num_restarts, num_features, dim):
+        raise ValueError(f"init_features must have shape {expected}; got "
+                         f"{np.shape(init_features)}")
+    if not np.all(np.isfinite(starts)):
+        bad = int(np.size(init_features) - np.count_nonzero(np.isfinite(init_features)))
+        raise ValueError(f"init_features contains {bad} NaN or infinite value(s); all entries "
+                         "must be finite")
+    return jnp.asarray(starts, x.dtype)
 
 
 def _mean_error(x, states, features):
@@ -241,19 +266,7 @@ def fit_gvq(
     model = gvq.model if model is None else model
     key_init, key_run = jax.random.split(rng_key)
     keys = jax.random.split(key_run, num_restarts)
-    if init_features is None:
-        starts = jax.vmap(lambda k: initial_features(k, x, num_features))(
-            jax.random.split(key_init, num_restarts))
-    else:
-        starts = jnp.asarray(init_features, x.dtype)
-        if starts.ndim == 2:
-            check_features(starts, "init_features")
-            starts = jnp.broadcast_to(starts, (num_restarts, *starts.shape))
-        if starts.shape != (num_restarts, num_features, x.shape[1]):
-            raise ValueError(
-                f"init_features must have shape ({num_features}, {x.shape[1]}) or "
-                f"({num_restarts}, {num_features}, {x.shape[1]}); got {starts.shape}"
-            )
+    starts = restart_features(key_init, x, num_features, num_restarts, init_features)
     check_quadratic(model, x, latent=latent, noise=noise,
                     model_kwargs={**(model_kwargs or {}), "features": starts[0]})
     dynamic, static = split_model_kwargs(model_kwargs)

@@ -39,7 +39,7 @@ from numpyro.optim import Adam
 from inference._jit import split_model_kwargs
 from inference.association import AssociationResult, associate
 from inference.energy import energy_fn
-from inference.gvq import GVQResult, initial_features
+from inference.gvq import GVQResult, restart_features
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
@@ -189,17 +189,7 @@ def fit_gvq_svi(
     check_positive(learning_rate, "learning_rate")
     model = gvq.model if model is None else model
     key_init, key_run = jax.random.split(rng_key)
-    if init_features is None:
-        starts = jax.vmap(lambda k: initial_features(k, x, num_features))(
-            jax.random.split(key_init, num_restarts))
-    else:
-        starts = jnp.asarray(init_features, x.dtype)
-        if starts.ndim == 2:
-            starts = jnp.broadcast_to(starts, (num_restarts, *starts.shape))
-        if starts.shape != (num_restarts, num_features, x.shape[1]):
-            raise ValueError(
-                f"init_features must have shape ({num_features}, {x.shape[1]}) or "
-                f"({num_restarts}, {num_features}, {x.shape[1]}); got {starts.shape}")
+    starts = restart_features(key_init, x, num_features, num_restarts, init_features)
     dynamic, static = split_model_kwargs(model_kwargs)
     features, losses = _svi_restarts(
         jax.random.split(key_run, num_restarts), x, starts, jnp.asarray(sigma, x.dtype), dynamic,

@@ -33,7 +33,13 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from ppl_models.registry import ModelInfo, register
-from ppl_models.validation import check_data, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_data,
+    check_finite,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["model", "PlantedData", "generate_planted", "planted_features", "INFO"]
 
@@ -139,6 +145,8 @@ def planted_features(
     num_parents = check_positive_int(
         num_parents, "num_parents", maximum=num_features, why=" (= num_features)"
     )
+    check_finite(feature_mean, "feature_mean")
+    check_positive(feature_std, "feature_std")
     key_mask, key_weights = jax.random.split(rng_key)
     # For every column pick num_parents rows: the ranks of iid uniforms.
     uniforms = jax.random.uniform(key_mask, (dim, num_features))
@@ -187,6 +195,7 @@ def generate_planted(
     """
     num_examples = check_positive_int(num_examples, "num_examples")
     check_positive(noise_scale, "noise_scale")
+    check_probability(prior_probs, "prior_probs")
     key_features, key_data = jax.random.split(rng_key)
     features = planted_features(
         key_features, num_features, dim, num_parents=num_parents,

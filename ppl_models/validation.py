@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_data", "check_positive_int", "check_positive", "check_features", "is_traced"]
+__all__ = ["check_data", "check_positive_int", "check_positive", "check_finite",
+           "check_probability", "check_features", "is_traced"]
 
 
 def is_traced(value) -> bool:
@@ -31,8 +32,9 @@ def check_data(x, name: str = "x", *, dim: int | None = None, min_examples: int 
         arr = np.asarray(x)
     except Exception as err:  # pragma: no cover - exotic input
         raise TypeError(f"{name} must be an array of numbers; got {type(x).__name__}") from err
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+    if arr.dtype == object or np.issubdtype(arr.dtype, np.complexfloating) or not (
+            np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D with shape (num_examples, dim); got shape {arr.shape}"
@@ -69,6 +71,26 @@ def check_positive_int(value, name: str, *, maximum: int | None = None, why: str
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}{why}; got {value}")
     return int(value)
+
+
+def check_finite(value, name: str):
+    """Check that a concrete scalar or array is finite; return it."""
+    if is_traced(value):
+        return value
+    arr = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite; got {value!r}")
+    return value
+
+
+def check_probability(value, name: str):
+    """Check that a concrete scalar or array lies in [0, 1]; return it."""
+    if is_traced(value):
+        return value
+    arr = np.asarray(value, dtype=float)
+    if not np.all((arr >= 0) & (arr <= 1)):
+        raise ValueError(f"{name} must lie in [0, 1]; got {value!r}")
+    return value
 
 
 def check_positive(value, name: str):
