@@ -73,30 +73,32 @@ def check_positive_int(value, name: str, *, maximum: int | None = None, why: str
     return int(value)
 
 
-def check_finite(value, name: str):
-    """Check that a concrete scalar or array is finite; return it."""
+def _check_values(value, name: str, valid, expected: str):
+    """Raise ``ValueError`` unless ``valid(array)`` holds everywhere (concrete input only)."""
     if is_traced(value):
         return value
     arr = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite; got {value!r}")
+    with np.errstate(invalid="ignore"):
+        ok = np.all(valid(arr))
+    if not ok:
+        raise ValueError(f"{name} must be {expected}; got {value!r}")
     return value
+
+
+def check_finite(value, name: str):
+    """Check that a concrete scalar or array is finite; return it."""
+    return _check_values(value, name, np.isfinite, "finite")
 
 
 def check_probability(value, name: str):
     """Check that a concrete scalar or array lies in [0, 1]; return it."""
-    if is_traced(value):
-        return value
-    arr = np.asarray(value, dtype=float)
-    if not np.all((arr >= 0) & (arr <= 1)):
-        raise ValueError(f"{name} must lie in [0, 1]; got {value!r}")
-    return value
+    return _check_values(value, name, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
 
 
 def check_positive(value, name: str):
     """Check that a concrete scalar or array is positive and finite; return it."""
-    if is_traced(value):
-        return value
+    return _check_values(value, name, lambda a: np.isfinite(a) & (a > 0),
+                         "positive and finite")
     arr = np.asarray(value, dtype=float)
     if not np.all(np.isfinite(arr)) or not np.all(arr > 0):
         raise ValueError(f"{name} must be positive and finite; got {value!r}")
