@@ -62,7 +62,10 @@ def _map_states(features, x, sigma, dynamic_kwargs, *, model, static_kwargs):
     decoder = infer_discrete(model, first_available_dim=-2, temperature=0)
     trace = handlers.trace(handlers.seed(decoder, 0)).get_trace(
         x, features=features, sigma=sigma, split_states=True, **kwargs)
-    return _split_state_values(trace, features.shape[0], x.shape[0])
+    states = _split_state_values(trace, features.shape[0], x.shape[0])
+    # The sigma -> 0 energy of the decoded states, read from the program like ours.
+    row_energy = energy_fn(model, model_kwargs={**kwargs, "features": features})
+    return states, jax.vmap(row_energy)(x, states.astype(x.dtype))
 
 
 def map_associate(
@@ -100,10 +103,8 @@ def map_associate(
     check_positive(sigma, "sigma")
     model = gvq.model if model is None else model
     dynamic, static = split_model_kwargs(model_kwargs)
-    states = _map_states(features, x, jnp.asarray(sigma, x.dtype), dynamic, model=model,
-                         static_kwargs=static)
-    row_energy = energy_fn(model, model_kwargs={**(model_kwargs or {}), "features": features})
-    energy = jax.jit(jax.vmap(row_energy))(x, states.astype(x.dtype))
+    states, energy = _map_states(features, x, jnp.asarray(sigma, x.dtype), dynamic, model=model,
+                                 static_kwargs=static)
     return AssociationResult(states, energy, jnp.ones(x.shape[0], bool), None)
 
 

@@ -53,6 +53,8 @@ def check_data(x, name: str = "x", *, dim: int | None = None, min_examples: int 
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         raise ValueError(
             f"{name} contains {bad} NaN or infinite value(s); all entries must be finite")
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
+        return x  # already on the device: no second copy
     dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else jnp.result_type(float)
     return jnp.asarray(arr, dtype=dtype)
 
