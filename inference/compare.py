@@ -101,7 +101,7 @@ class ComparisonResult:
     def table(self) -> str:
         """The rows as an aligned text table."""
         flat = [row.flat() for row in self.rows]
-        columns = list(dict.fromkeys(key for row in flat for key in row))
+        columns = _columns(flat)
         cells = [[_format(row.get(col)) for col in columns] for row in flat]
         widths = [max(len(col), *(len(c[i]) for c in cells)) for i, col in enumerate(columns)]
         lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True))]
@@ -109,6 +109,12 @@ class ComparisonResult:
         lines += ["  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True))
                   for cell in cells]
         return "\n".join(lines)
+
+
+def _columns(flat: list[dict]) -> list[str]:
+    """Union of the rows' keys in first-seen order, with ``notes`` last."""
+    columns = [c for c in dict.fromkeys(key for row in flat for key in row) if c != "notes"]
+    return columns + ["notes"]
 
 
 def _format(value) -> str:
@@ -178,7 +184,7 @@ def save_comparison(result: ComparisonResult, output_dir: str | Path) -> dict[st
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     flat = [row.flat() for row in result.rows]
-    columns = list(dict.fromkeys(key for row in flat for key in row))
+    columns = _columns(flat)
     paths = {"csv": output_dir / f"{result.model}_comparison.csv",
              "json": output_dir / f"{result.model}_comparison.json"}
     with open(paths["csv"], "w", newline="") as handle:
