@@ -27,8 +27,9 @@ from inference.energy import QuadraticEnergy, check_quadratic, energy_fn, quadra
 from ppl_models import gvq
 from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
 
-__all__ = ["AssociationResult", "associate", "exact_search", "MAX_EXACT_FEATURES", "METHODS",
-           "associate_energy"]
+__all__ = ["AssociationResult", "AssociationProblem", "AssociationMethod", "associate",
+           "association_problem", "exact_search", "MAX_EXACT_FEATURES", "METHODS",
+           "associate_energy", "check_options"]
 
 #: Exhaustive search refuses more units than this: 2^24 states per example.
 MAX_EXACT_FEATURES = 24
@@ -121,14 +122,83 @@ def exact_search(energy: QuadraticEnergy, *, chunk_size: int | None = None):
     return states.astype(jnp.int32), best_energy + energy.constant
 
 
-def _exact(energy: QuadraticEnergy, exact_energy: Callable, *, rng_key=None, chunk_size=None):
-    states, _ = exact_search(energy, chunk_size=chunk_size)
+class AssociationProblem(NamedTuple):
+    """What an association method sees: the program's energy and the data.
+
+    Attributes
+    ----------
+    energy : QuadraticEnergy
+        The target energy E_x(s) read from the program (the sigma -> 0 limit, or
+        -2 noise^2 log p at a fixed ``noise``); the best state minimises it.
+    features : array (num_features, dim)
+        F, for the methods that use the directed graph or the residual x - s @ F.
+    x : array (num_examples, dim)
+    tempered : callable
+        ``tempered(sigma)`` -> QuadraticEnergy E_sigma = -2 sigma^2 log p(x, s) under
+        ``observation_noise(sigma=sigma)``, in energy units: the annealed
+        distribution of the BP, MF and Gibbs schedules is
+        p_sigma(s | x) ∝ exp(-E_sigma(s) / (2 sigma^2)), read from the program at
+        every step (for GVQ with a uniform prior E_sigma does not depend on sigma).
+    exact_energy : callable
+        ``exact_energy(states)`` -> the program's energy of ``states``, evaluated
+        directly (not through the quadratic form).
+    """
+
+    energy: QuadraticEnergy
+    features: jax.Array
+    x: jax.Array
+    tempered: Callable
+    exact_energy: Callable
+
+
+class AssociationMethod(NamedTuple):
+    """An entry of :data:`METHODS`.
+
+    Attributes
+    ----------
+    run : callable
+        ``run(problem, *, rng_key, **options) -> AssociationResult``, jittable.
+    validate : callable or None
+        ``validate(features, options)`` on concrete input before jit; raises
+        ``ValueError``/``TypeError`` naming the bad option.
+    randomized : bool
+        Whether ``run`` needs an ``rng_key``.
+    """
+
+    run: Callable
+    validate: Callable | None = None
+    randomized: bool = False
+
+
+def _exact(problem: AssociationProblem, *, rng_key=None, chunk_size=None):
+    states, _ = exact_search(problem.energy, chunk_size=chunk_size)
     converged = jnp.ones(states.shape[0], dtype=bool)
-    return AssociationResult(states, exact_energy(states), converged, None)
+    return AssociationResult(states, problem.exact_energy(states), converged, None)
 
 
-#: Association methods: name -> function(energy, exact_energy, *, rng_key, **options).
-METHODS: dict[str, Callable] = {"exact": _exact}
+def _validate_exact(features, options):
+    check_positive_int(
+        int(features.shape[0]), "features.shape[0] (num_features)", maximum=MAX_EXACT_FEATURES,
+        why=" for exhaustive search (2^num_features states per example)")
+    check_options(options, chunk_size=int)
+    if options.get("chunk_size") is not None:
+        check_positive_int(options["chunk_size"], "chunk_size")
+
+
+def check_options(options: dict, **types):
+    """Raise ``TypeError`` for an option not in ``types`` or of the wrong type."""
+    for name, value in options.items():
+        if name not in types:
+            raise TypeError(f"unknown option {name!r}; valid options: {sorted(types)}")
+        expected = types[name]
+        if value is not None and not isinstance(value, expected) or isinstance(value, bool) and \
+                expected is not bool:
+            raise TypeError(f"option {name} must be {getattr(expected, '__name__', expected)}; "
+                            f"got {value!r}")
+
+
+#: Association methods by name (see :class:`AssociationMethod`). Other modules add theirs.
+METHODS: dict[str, AssociationMethod] = {"exact": AssociationMethod(_exact, _validate_exact)}
 
 
 def associate(
@@ -153,9 +223,10 @@ def associate(
     x : array (num_examples, dim)
         Data, one example per row.
     method : str
-        One of :data:`METHODS` (``"exact"``: exhaustive search).
+        One of :data:`METHODS`: ``"exact"`` (exhaustive search), ``"bp"``, ``"br"``,
+        ``"mf"``, ``"gibbs"``, ``"dbp"``, ``"dbr"``, ``"br+mf"`` (seed 000 sec. 4).
     rng_key : jax.random key, optional
-        For randomised methods (unused by ``"exact"``).
+        Required by the randomised methods (random sequential orders, Gibbs).
     model : callable, optional
         The program; default :func:`ppl_models.gvq.model`. A variant must take
         ``model(x, features=F, **model_kwargs)`` and have the binary site
@@ -169,23 +240,25 @@ def associate(
     check : bool
         Verify once that the program is quadratic in ``latent`` (skipped under jit).
     **options
-        Method options, e.g. ``chunk_size`` for ``"exact"``.
+        Method options (see each method's docstring), e.g. ``chunk_size`` for
+        ``"exact"``, ``max_sweeps`` for ``"br"``.
 
     Returns
     -------
     AssociationResult
         ``states`` (num_examples, num_features), ``energy`` (num_examples,),
-        ``converged`` (num_examples,), ``trace``.
+        ``converged`` (num_examples,), ``trace`` (per sweep, for iterative methods).
     """
+    _load_methods()
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    spec = METHODS[method]
     features = check_features(features)
-    check_positive_int(
-        int(features.shape[0]), "features.shape[0] (num_features)",
-        maximum=MAX_EXACT_FEATURES if method == "exact" else None,
-        why=" for exhaustive search (2^num_features states per example)",
-    )
     x = check_data(x, "x", dim=int(features.shape[1]))
+    if spec.validate is not None:
+        spec.validate(features, options)
+    if spec.randomized and rng_key is None:
+        raise ValueError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
     if noise is not None:
         check_positive(noise, "noise")
     model = gvq.model if model is None else model
@@ -199,21 +272,35 @@ def associate(
     )
 
 
+def association_problem(model, x, model_kwargs, *, latent="s", noise=None,
+                        num_features=None) -> AssociationProblem:
+    """Build the :class:`AssociationProblem` of ``model(x, **model_kwargs)`` (jittable)."""
+    energy = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs,
+                              num_features=num_features)
+    row_energy = energy_fn(model, latent=latent, noise=noise, model_kwargs=model_kwargs)
+    num_features = energy.linear.shape[1]
+
+    def exact_energy(states):
+        return jax.vmap(row_energy)(x, states.astype(x.dtype))
+
+    def tempered(sigma):
+        return quadratic_energy(model, x, latent=latent, noise=sigma,
+                                model_kwargs=model_kwargs, num_features=num_features)
+
+    return AssociationProblem(energy, model_kwargs["features"], x, tempered, exact_energy)
+
+
 def associate_energy(model, x, model_kwargs, *, method, latent="s", noise=None, rng_key=None,
                      options=None, num_features=None) -> AssociationResult:
     """Associate ``x`` under the program's energy (no validation; jittable).
 
     The common core of :func:`associate` and the EM drivers: builds the
-    quadratic energy from ``model(x, **model_kwargs)`` and runs ``method``.
+    :class:`AssociationProblem` of ``model(x, **model_kwargs)`` and runs ``method``.
     """
-    energy = quadratic_energy(model, x, latent=latent, noise=noise, model_kwargs=model_kwargs,
-                              num_features=num_features)
-    row_energy = energy_fn(model, latent=latent, noise=noise, model_kwargs=model_kwargs)
-
-    def exact_energy(states):
-        return jax.vmap(row_energy)(x, states.astype(x.dtype))
-
-    return METHODS[method](energy, exact_energy, rng_key=rng_key, **(options or {}))
+    _load_methods()
+    problem = association_problem(model, x, model_kwargs, latent=latent, noise=noise,
+                                  num_features=num_features)
+    return METHODS[method].run(problem, rng_key=rng_key, **(options or {}))
 
 
 @partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options"))
@@ -223,3 +310,10 @@ def _associate_jit(features, x, noise, dynamic_kwargs, rng_key, *, method, model
     return associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
                             rng_key=rng_key, options=dict(options),
                             num_features=features.shape[0])
+
+
+def _load_methods():
+    """Import the modules that add the iterative methods to :data:`METHODS`."""
+    import inference.annealing  # noqa: F401
+    import inference.directed  # noqa: F401
+    import inference.message_passing  # noqa: F401

@@ -32,7 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference._jit import freeze_options, split_model_kwargs
-from inference.association import MAX_EXACT_FEATURES, METHODS, associate_energy
+from inference.association import MAX_EXACT_FEATURES, METHODS, _load_methods, associate_energy
 from inference.energy import check_quadratic
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -249,6 +249,7 @@ def fit_gvq(
     -------
     GVQResult
     """
+    _load_methods()
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
     if rng_key is None:
@@ -256,8 +257,7 @@ def fit_gvq(
     num_features = check_positive_int(
         num_features, "num_features",
         maximum=MAX_EXACT_FEATURES if method == "exact" else None,
-        why=" for exhaustive search (2^num_features states per example)",
-    )
+        why=" for exhaustive search (2^num_features states per example)")
     x = check_data(x, "x")
     num_iterations = check_positive_int(num_iterations, "num_iterations")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
@@ -267,6 +267,8 @@ def fit_gvq(
     key_init, key_run = jax.random.split(rng_key)
     keys = jax.random.split(key_run, num_restarts)
     starts = restart_features(key_init, x, num_features, num_restarts, init_features)
+    if METHODS[method].validate is not None:
+        METHODS[method].validate(starts[0], options)
     check_quadratic(model, x, latent=latent, noise=noise,
                     model_kwargs={**(model_kwargs or {}), "features": starts[0]})
     dynamic, static = split_model_kwargs(model_kwargs)

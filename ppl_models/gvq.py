@@ -58,6 +58,7 @@ def model(
     prior_probs=0.5,
     feature_scale=10.0,
     split_states: bool = False,
+    enumerate_states: bool = True,
 ):
     """The GVQ program with finite observation noise.
 
@@ -82,6 +83,10 @@ def model(
         NumPyro's ``infer_discrete`` and ``TraceEnum_ELBO`` need (the units are
         coupled through x, so one plated site cannot be enumerated). Otherwise
         one site ``"s"`` of shape (num_examples, num_features).
+    enumerate_states : bool
+        In split mode, mark the unit sites for parallel enumeration (default).
+        ``False`` leaves them as ordinary discrete sites, for samplers such as
+        NumPyro's ``DiscreteGibbs``.
 
     Returns
     -------
@@ -107,7 +112,8 @@ def model(
     with numpyro.plate("data", num_examples):
         if split_states:
             units = [
-                numpyro.sample(f"s_{i}", dist.Bernoulli(probs[i]), infer={"enumerate": "parallel"})
+                numpyro.sample(f"s_{i}", dist.Bernoulli(probs[i]),
+                               infer={"enumerate": "parallel"} if enumerate_states else {})
                 for i in range(num_features)
             ]
             # Sum of per-unit contributions: broadcasts under enumeration.

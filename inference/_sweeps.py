@@ -1,0 +1,69 @@
+"""Pieces shared by the sweeping association methods (BP, BR, MF, Gibbs).
+
+Noise schedules (seed 000, App. A and C), random sequential visiting orders,
+and the bookkeeping of the lowest-energy state visited.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ppl_models.validation import check_positive, check_positive_int
+
+__all__ = ["geometric_schedule", "halving_schedule", "random_orders", "Best", "keep_best",
+           "check_schedule_options"]
+
+
+def geometric_schedule(start_sigma: float, end_sigma: float, num_sweeps: int):
+    """Sigmas from ``start_sigma`` to ``end_sigma``, geometrically, one per sweep.
+
+    App. C: sigma <- sigma / alpha with alpha such that the last sweep has
+    ``end_sigma``.
+    """
+    if num_sweeps == 1:
+        return jnp.asarray([end_sigma], jnp.float32)
+    return jnp.geomspace(start_sigma, end_sigma, num_sweeps).astype(jnp.float32)
+
+
+def halving_schedule(start_sigma: float, end_sigma: float):
+    """App. A: sigma^2 halves after every sweep, from ``start_sigma`` until ``end_sigma``."""
+    num = max(1, math.ceil(2 * math.log2(start_sigma / end_sigma)) + 1)
+    sigmas = start_sigma * (0.5 ** (0.5 * jnp.arange(num)))
+    return jnp.maximum(sigmas, end_sigma).astype(jnp.float32)
+
+
+def check_schedule_options(start_sigma, end_sigma, num_sweeps=None):
+    """Validate a noise schedule: positive sigmas, start >= end, sweeps >= 1."""
+    check_positive(start_sigma, "start_sigma")
+    check_positive(end_sigma, "end_sigma")
+    if float(start_sigma) < float(end_sigma):
+        raise ValueError(f"start_sigma must be >= end_sigma; got {start_sigma} < {end_sigma}")
+    if num_sweeps is not None:
+        check_positive_int(num_sweeps, "num_sweeps")
+
+
+def random_orders(rng_key, num_examples: int, num_features: int):
+    """One random permutation of the units per example, shape (num_examples, num_features)."""
+    keys = jax.random.split(rng_key, num_examples)
+    return jax.vmap(lambda k: jax.random.permutation(k, num_features))(keys)
+
+
+class Best(NamedTuple):
+    """Lowest-energy state visited so far, per example."""
+
+    states: jax.Array  # (num_examples, num_features) int32
+    energy: jax.Array  # (num_examples,)
+
+
+def keep_best(best: Best | None, states, energy) -> Best:
+    """Update ``best`` with ``states`` where their ``energy`` is lower."""
+    states = states.astype(jnp.int32)
+    if best is None:
+        return Best(states, energy)
+    better = energy < best.energy
+    return Best(jnp.where(better[:, None], states, best.states),
+                jnp.where(better, energy, best.energy))

@@ -1,0 +1,276 @@
+"""Message passing on the pairwise graph of GVQ: annealed BP and belief revision.
+
+Seed 000 sec. 4.1.1-4.1.2 and App. A-B (``shared/MODELS.md`` 1.3). The energy
+E_x(s) = sum_i h_i s_i + sum_{i<j} w_ij s_i s_j (read from the program) defines
+a pairwise graph with an edge wherever w_ij != 0. With binary units every
+message is kept as one number, the difference of its two entries:
+
+* ``"br"``, belief revision (min-sum, eq. 22-23). delta_ij = m_ij(1) - m_ij(0),
+  the message from j into i; with a_j = g_j - delta_ji, where
+  g_j = h_j + sum_k delta_jk is unit j's total field,
+      delta_ij = min(0, w_ij + a_j) - min(0, a_j),
+  and s_i = 1 exactly when g_i < 0. Visiting a node updates all its incoming
+  messages (O(n)), a sweep visits all nodes in a random order (O(n^2)).
+  Sweeps stop when no message changes by more than ``tol`` (``converged``) or
+  after ``max_sweeps``; optional ``damping`` mixes in the old message.
+  Exact on trees.
+* ``"bp"``, annealed loopy sum-product (eq. 17-18) in the log domain:
+  l_ij = log lambda_ij(1) - log lambda_ij(0), with a_j = G_j - l_ji and
+  G_j = -beta h_j + sum_k l_jk the log-odds of unit j's belief,
+      l_ij = softplus(a_j - beta w_ij) - softplus(a_j),
+  beta = 1 / (2 sigma^2). App. A: start at sigma = 0.1, halve sigma^2 after
+  every sweep, stop at sigma = 1e-4; the coefficients at each sigma are read
+  from the program under ``observation_noise`` (``AssociationProblem.tempered``).
+  After each sweep s_i = [G_i > 0].
+* ``"br+mf"``: BR, and annealed mean-field on the examples where BR did not
+  converge, keeping the lower energy (sec. 4.3.1: when BR converged its answer
+  was optimal in every trial of the paper).
+
+All keep the lowest-energy state visited (App. A-B).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from inference._sweeps import (
+    Best,
+    check_schedule_options,
+    geometric_schedule,
+    halving_schedule,
+    keep_best,
+    random_orders,
+)
+from inference.annealing import run_mf, validate_annealed
+from inference.association import (
+    METHODS,
+    AssociationMethod,
+    AssociationProblem,
+    AssociationResult,
+    check_options,
+)
+from ppl_models.validation import check_positive, check_positive_int
+
+__all__ = ["BRState", "BPState", "MessageInfo", "br_init", "br_step", "run_br", "bp_init",
+           "bp_step", "run_bp", "run_br_mf"]
+
+#: App. B gives no number; BR on dense loopy graphs either settles within tens of sweeps
+#: or oscillates for ever.
+MAX_SWEEPS = 50
+#: Messages that change by less than this (relative to the largest |w_ij| + |h_i|) are settled.
+TOL = 1e-5
+#: App. A: BP starts at sigma = 0.1 (beta = 50) and stops at sigma = 1e-4.
+BP_START_SIGMA, BP_END_SIGMA = 0.1, 1e-4
+
+
+class BRState(NamedTuple):
+    """Belief-revision state.
+
+    Attributes
+    ----------
+    messages : array (num_examples, n, n)
+        delta[e, i, j] = m_ij(1) - m_ij(0), the message from j into i.
+    converged : array (num_examples,) bool
+        No message changed by more than ``tol`` in the last sweep.
+    best : Best
+        Lowest-energy state visited.
+    """
+
+    messages: jax.Array
+    converged: jax.Array
+    best: Best
+
+
+class MessageInfo(NamedTuple):
+    """Per sweep: mean ``energy`` of the current states, largest message ``change`` per example."""
+
+    energy: jax.Array
+    change: jax.Array
+
+
+def _min_sum_update(delta_row, g, delta_col, w_row):
+    """New messages into one node from all others (min-sum, binary units)."""
+    a = g - delta_col  # the field of each j without the message it got from i
+    return jnp.minimum(0.0, w_row + a) - jnp.minimum(0.0, a)
+
+
+def br_init(problem: AssociationProblem) -> BRState:
+    """All messages zero (equivalent to App. B's initialisation after one update)."""
+    h = problem.energy.linear
+    num_examples, n = h.shape
+    states = (h < 0).astype(jnp.int32)
+    return BRState(jnp.zeros((num_examples, n, n), h.dtype), jnp.zeros(num_examples, bool),
+                   keep_best(None, states, problem.energy(states)))
+
+
+def br_step(rng_key, state: BRState, problem: AssociationProblem, *, damping=0.0, tol=TOL):
+    """One belief-revision sweep in a random node order; returns (state, MessageInfo)."""
+    energy = problem.energy
+    W = energy.couplings
+    num_examples, n = energy.linear.shape
+    orders = random_orders(rng_key, num_examples, n)
+    scale = jnp.max(jnp.abs(W)) + jnp.max(jnp.abs(energy.linear), axis=1) + 1e-12
+
+    def sweep_one(delta, h, order):
+        def visit(k, carry):
+            delta, g = carry
+            i = order[k]
+            new = _min_sum_update(delta[i], g, delta[:, i], W[i])
+            new = (1.0 - damping) * new + damping * delta[i]
+            delta = delta.at[i].set(new)
+            return delta, g.at[i].set(h[i] + jnp.sum(new))
+
+        g = h + jnp.sum(delta, axis=1)
+        delta, g = jax.lax.fori_loop(0, n, visit, (delta, g))
+        return delta, (g < 0).astype(jnp.int32)
+
+    delta, states = jax.vmap(sweep_one)(state.messages, energy.linear, orders)
+    change = jnp.max(jnp.abs(delta - state.messages), axis=(1, 2))
+    converged = change <= tol * scale
+    current = energy(states)
+    best = keep_best(state.best, states, current)
+    return BRState(delta, converged, best), MessageInfo(jnp.mean(current), change)
+
+
+def run_br(problem: AssociationProblem, *, rng_key, max_sweeps=MAX_SWEEPS, damping=0.0,
+           tol=TOL) -> AssociationResult:
+    """Belief revision until every example converged or ``max_sweeps`` (module docstring)."""
+    state = br_init(problem)
+    trace = jnp.zeros(max_sweeps, problem.x.dtype)
+
+    def cond(carry):
+        sweep, state, _ = carry
+        return (sweep < max_sweeps) & ~jnp.all(state.converged)
+
+    def body(carry):
+        sweep, state, trace = carry
+        state, info = br_step(jax.random.fold_in(rng_key, sweep), state, problem,
+                              damping=damping, tol=tol)
+        return sweep + 1, state, trace.at[sweep].set(info.energy)
+
+    sweeps, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
+    trace = jnp.where(jnp.arange(max_sweeps) < sweeps, trace, trace[jnp.maximum(sweeps - 1, 0)])
+    best = state.best
+    return AssociationResult(best.states, problem.exact_energy(best.states), state.converged,
+                             trace)
+
+
+class BPState(NamedTuple):
+    """Annealed-BP state: log-ratio ``messages`` (num_examples, n, n), ``states``, best visited."""
+
+    messages: jax.Array
+    states: jax.Array
+    best: Best
+
+
+def bp_init(problem: AssociationProblem) -> BPState:
+    """All log-ratio messages zero (uniform messages)."""
+    h = problem.energy.linear
+    num_examples, n = h.shape
+    states = (h < 0).astype(jnp.int32)
+    return BPState(jnp.zeros((num_examples, n, n), h.dtype), states,
+                   keep_best(None, states, problem.energy(states)))
+
+
+def bp_step(rng_key, state: BPState, problem: AssociationProblem, sigma):
+    """One sum-product sweep at noise ``sigma``; returns (state, MessageInfo)."""
+    tempered = problem.tempered(sigma)
+    beta = 1.0 / (2.0 * jnp.square(sigma))
+    W = beta * tempered.couplings
+    num_examples, n = tempered.linear.shape
+    orders = random_orders(rng_key, num_examples, n)
+
+    def sweep_one(messages, h, order):
+        def visit(k, carry):
+            messages, G = carry
+            i = order[k]
+            a = G - messages[:, i]
+            new = jax.nn.softplus(a - W[i]) - jax.nn.softplus(a)
+            new = jnp.where(W[i] == 0.0, 0.0, new)  # no edge, no message
+            messages = messages.at[i].set(new)
+            return messages, G.at[i].set(-h[i] + jnp.sum(new))
+
+        G = -h + jnp.sum(messages, axis=1)
+        messages, G = jax.lax.fori_loop(0, n, visit, (messages, G))
+        return messages, (G > 0).astype(jnp.int32)
+
+    messages, states = jax.vmap(sweep_one)(state.messages, beta * tempered.linear, orders)
+    change = jnp.max(jnp.abs(messages - state.messages), axis=(1, 2))
+    current = problem.energy(states)
+    new_state = BPState(messages, states, keep_best(state.best, states, current))
+    return new_state, MessageInfo(jnp.mean(current), change)
+
+
+def run_bp(problem: AssociationProblem, *, rng_key, start_sigma=BP_START_SIGMA,
+           end_sigma=BP_END_SIGMA, schedule="halve_variance", num_sweeps=None
+           ) -> AssociationResult:
+    """Annealed loopy BP (module docstring).
+
+    ``schedule="halve_variance"`` (App. A) halves sigma^2 per sweep from
+    ``start_sigma`` to ``end_sigma``; ``"geometric"`` spreads ``num_sweeps``
+    sigmas geometrically between them. ``converged``: the state did not change
+    in the last sweep.
+    """
+    if schedule == "halve_variance":
+        sigmas = halving_schedule(start_sigma, end_sigma)
+    else:
+        sigmas = geometric_schedule(start_sigma, end_sigma, num_sweeps or 20)
+
+    def body(state, inputs):
+        key, sigma = inputs
+        new_state, info = bp_step(key, state, problem, sigma)
+        changed = jnp.any(new_state.states != state.states, axis=1)
+        return new_state, (info.energy, changed)
+
+    keys = jax.random.split(rng_key, sigmas.shape[0])
+    state, (trace, changed) = jax.lax.scan(body, bp_init(problem), (keys, sigmas))
+    best = state.best
+    return AssociationResult(best.states, problem.exact_energy(best.states), ~changed[-1],
+                             trace)
+
+
+def run_br_mf(problem: AssociationProblem, *, rng_key, max_sweeps=MAX_SWEEPS, damping=0.0,
+              tol=TOL, **mf_options) -> AssociationResult:
+    """BR, then annealed MF where BR did not converge; the lower energy wins there."""
+    key_br, key_mf = jax.random.split(rng_key)
+    br = run_br(problem, rng_key=key_br, max_sweeps=max_sweeps, damping=damping, tol=tol)
+    mf = run_mf(problem, rng_key=key_mf, **mf_options)
+    use_mf = ~br.converged & (mf.energy < br.energy)
+    states = jnp.where(use_mf[:, None], mf.states, br.states)
+    energy = jnp.where(use_mf, mf.energy, br.energy)
+    converged = br.converged | mf.converged
+    return AssociationResult(states, energy, converged, br.trace)
+
+
+def _validate_br(features, options, extra=None):
+    check_options(options, max_sweeps=int, damping=(int, float), tol=(int, float),
+                  **(extra or {}))
+    check_positive_int(options.get("max_sweeps", MAX_SWEEPS), "max_sweeps")
+    damping = float(options.get("damping", 0.0))
+    if not 0.0 <= damping < 1.0:
+        raise ValueError(f"damping must lie in [0, 1); got {damping}")
+    check_positive(options.get("tol", TOL), "tol")
+
+
+def _validate_bp(features, options):
+    check_options(options, start_sigma=(int, float), end_sigma=(int, float), schedule=str,
+                  num_sweeps=int)
+    schedule = options.get("schedule", "halve_variance")
+    if schedule not in ("halve_variance", "geometric"):
+        raise ValueError(f"schedule must be 'halve_variance' or 'geometric'; got {schedule!r}")
+    check_schedule_options(options.get("start_sigma", BP_START_SIGMA),
+                           options.get("end_sigma", BP_END_SIGMA), options.get("num_sweeps"))
+
+
+def _validate_br_mf(features, options):
+    br_names = {"max_sweeps", "damping", "tol"}
+    _validate_br(features, {k: v for k, v in options.items() if k in br_names})
+    validate_annealed(features, {k: v for k, v in options.items() if k not in br_names})
+
+
+METHODS["br"] = AssociationMethod(run_br, _validate_br, randomized=True)
+METHODS["bp"] = AssociationMethod(run_bp, _validate_bp, randomized=True)
+METHODS["br+mf"] = AssociationMethod(run_br_mf, _validate_br_mf, randomized=True)
