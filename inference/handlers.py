@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
@@ -184,8 +185,8 @@ class observation_noise(_GaussianSiteMessenger):
             raise ValueError("observation_noise: give exactly one of sigma= and factor=")
         for name, value in (("sigma", sigma), ("factor", factor)):
             if value is not None and not is_traced(value):
-                v = jnp.asarray(value)
-                if not bool(jnp.all(jnp.isfinite(v))) or not bool(jnp.all(v > 0)):
+                v = np.asarray(value, dtype=float)  # numpy: no tracers when called under jit
+                if not np.all(np.isfinite(v)) or not np.all(v > 0):
                     raise ValueError(
                         f"observation_noise: {name} must be positive and finite; got {value!r}"
                     )

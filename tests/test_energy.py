@@ -102,3 +102,20 @@ def test_check_quadratic_rejects_a_program_that_is_not_quadratic():
     check_quadratic(gvq.model, data.x, model_kwargs={"features": data.features})  # passes
     with pytest.raises(ValueError, match="not quadratic in site 's'"):
         check_quadratic(cubic_model, data.x, model_kwargs={"features": data.features})
+
+
+def test_tempered_energy_matches_the_program_at_every_sigma():
+    """AssociationProblem.tempered(sigma) equals quadratic_energy(noise=sigma), prior included."""
+    from inference.association import association_problem
+
+    with jax.enable_x64(True):
+        data = gvq.generate_planted(jax.random.key(6), 5, 4, 3, noise_scale=0.5)
+        kwargs = {"features": jnp.asarray(data.features, jnp.float64),
+                  "prior_probs": jnp.array([0.1, 0.3, 0.6, 0.9])}
+        x = jnp.asarray(data.x, jnp.float64)
+        problem = association_problem(gvq.model, x, kwargs)
+        for sigma in [1e-3, 0.3, 2.0, 50.0]:
+            direct = quadratic_energy(gvq.model, x, noise=sigma, model_kwargs=kwargs)
+            ours = problem.tempered(sigma)
+            np.testing.assert_allclose(ours.linear, direct.linear, rtol=1e-10, atol=1e-8)
+            np.testing.assert_allclose(ours.couplings, direct.couplings, rtol=1e-10, atol=1e-8)
