@@ -133,14 +133,8 @@ class AssociationProblem(NamedTuple):
     features : array (num_features, dim)
         F, for the methods that use the directed graph or the residual x - s @ F.
     x : array (num_examples, dim)
-    tempered : callable
-        ``tempered(sigma)`` -> QuadraticEnergy E_sigma = -2 sigma^2 log p(x, s) under
-        ``observation_noise(sigma=sigma)``, in energy units: the annealed
-        distribution of the BP, MF and Gibbs schedules is
-        p_sigma(s | x) ∝ exp(-E_sigma(s) / (2 sigma^2)). Read from the program in
-        the limit and at sigma = 1; E_sigma is affine in sigma^2 (up to an
-        s-independent constant), which makes the two readings exact at every sigma.
-        For GVQ with a uniform prior E_sigma does not depend on sigma.
+    limit, slope : QuadraticEnergy
+        E_sigma = limit + sigma^2 slope, see :meth:`tempered`.
     exact_energy : callable
         ``exact_energy(states)`` -> the program's energy of ``states``, evaluated
         directly (not through the quadratic form).
@@ -149,8 +143,33 @@ class AssociationProblem(NamedTuple):
     energy: QuadraticEnergy
     features: jax.Array
     x: jax.Array
-    tempered: Callable
+    limit: QuadraticEnergy
+    slope: QuadraticEnergy
     exact_energy: Callable
+
+    def tempered(self, sigma) -> QuadraticEnergy:
+        """E_sigma = -2 sigma^2 log p(x, s) under ``observation_noise(sigma=sigma)``.
+
+        In energy units: the annealed distribution of the BP, MF and Gibbs
+        schedules is p_sigma(s | x) ∝ exp(-E_sigma(s) / (2 sigma^2)). E_sigma is
+        affine in sigma^2 up to an s-independent constant (the observed Gaussian
+        sites give ||x - loc||^2 plus a normaliser, every other site
+        -2 sigma^2 log p), so the program read in the limit and at sigma = 1 gives
+        it exactly at every sigma, with no autodiff per sweep. For GVQ with a
+        uniform prior it does not depend on sigma.
+        """
+        sigma2 = jnp.square(sigma)
+        return jax.tree.map(lambda a, b: a + sigma2 * b, self.limit, self.slope)
+
+    def take(self, index) -> AssociationProblem:
+        """The sub-problem of the examples ``index``; its ``exact_energy`` is the quadratic form."""
+
+        def rows(e: QuadraticEnergy):
+            return QuadraticEnergy(e.linear[index], e.couplings, e.constant[index])
+
+        energy = rows(self.energy)
+        return AssociationProblem(energy, self.features, self.x[index], rows(self.limit),
+                                  rows(self.slope), energy)
 
 
 class AssociationMethod(NamedTuple):
@@ -285,22 +304,13 @@ def association_problem(model, x, model_kwargs, *, latent="s", noise=None,
     def exact_energy(states):
         return jax.vmap(row_energy)(x, states.astype(x.dtype))
 
-    # E_sigma = -2 sigma^2 log p(x, s) under observation_noise(sigma) is affine in sigma^2:
-    # the observed Gaussian sites give ||x - loc||^2 plus an s-independent normaliser, every
-    # other site -2 sigma^2 log p. So two readings of the program, the limit and sigma = 1,
-    # give E_sigma exactly at every sigma of a schedule, without autodiff per sweep.
     limit = energy if noise is None else quadratic_energy(
         model, x, latent=latent, noise=None, model_kwargs=model_kwargs,
         num_features=num_features)
     at_one = quadratic_energy(model, x, latent=latent, noise=1.0, model_kwargs=model_kwargs,
                               num_features=num_features)
     slope = jax.tree.map(jnp.subtract, at_one, limit)
-
-    def tempered(sigma):
-        sigma2 = jnp.square(sigma)
-        return jax.tree.map(lambda a, b: a + sigma2 * b, limit, slope)
-
-    return AssociationProblem(energy, model_kwargs["features"], x, tempered, exact_energy)
+    return AssociationProblem(energy, model_kwargs["features"], x, limit, slope, exact_energy)
 
 
 def associate_energy(model, x, model_kwargs, *, method, latent="s", noise=None, rng_key=None,

@@ -158,8 +158,13 @@ def m_step(x, states, features):
 
 
 def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwargs=None,
-         latent="s", noise=None, options=()):
-    """One EM iteration: association with ``method``, then the least-squares M-step. Jittable."""
+         latent="s", noise=None, options=(), tol=0.0):
+    """One EM iteration: association with ``method``, then the least-squares M-step. Jittable.
+
+    ``converged`` is set when no association changed, or when the error changed
+    by at most ``tol`` relative to the previous one (for randomised methods,
+    whose associations keep flickering).
+    """
     model = gvq.model if model is None else model
     kwargs = {**(model_kwargs or {}), "features": state.features}
     result = associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
@@ -168,13 +173,14 @@ def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwarg
     features = m_step(x, result.states, state.features)
     num_changed = jnp.sum(jnp.any(result.states != state.states, axis=1))
     error = _mean_error(x, result.states, features)
-    new_state = GVQState(features, result.states, error, num_changed == 0)
+    settled = jnp.abs(state.error - error) <= tol * state.error
+    new_state = GVQState(features, result.states, error, (num_changed == 0) | settled)
     return new_state, GVQInfo(error, num_changed)
 
 
 @partial(jax.jit, static_argnames=("num_iterations", "method", "model", "latent",
                                    "static_kwargs", "options"))
-def _run(keys, x, init_features, noise, dynamic_kwargs, *, num_iterations, method, model,
+def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, method, model,
          latent, static_kwargs, options):
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
 
@@ -190,7 +196,7 @@ def _run(keys, x, init_features, noise, dynamic_kwargs, *, num_iterations, metho
             i, state, trace = carry
             state, info = step(jax.random.fold_in(key, i), state, x, method=method,
                                model=model, model_kwargs=kwargs, latent=latent, noise=noise,
-                               options=options)
+                               options=options, tol=tol)
             return i + 1, state, trace.at[i].set(info.error)
 
         i, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
@@ -214,6 +220,7 @@ def fit_gvq(
     latent: str = "s",
     noise=None,
     progress_bar: bool = False,
+    tol: float | None = None,
     **options,
 ) -> GVQResult:
     """Learn GVQ features by EM in the sigma -> 0 limit.
@@ -242,6 +249,11 @@ def fit_gvq(
         ``noise=None`` is the GVQ limit, a float gives MAP-EM at that noise.
     progress_bar : bool
         Show a tqdm bar over iterations (runs the jitted step from Python).
+    tol : float, optional
+        Also stop when the error changes by at most ``tol`` relative to the last
+        iteration. Default: 0 for ``"exact"`` (stop at the fixed point, where no
+        association changes) and 1e-5 for the other methods, whose randomised
+        associations may flicker between equally good states.
     **options
         Options of the association method.
 
@@ -271,14 +283,17 @@ def fit_gvq(
         METHODS[method].validate(starts[0], options)
     check_quadratic(model, x, latent=latent, noise=noise,
                     model_kwargs={**(model_kwargs or {}), "features": starts[0]})
+    tol = (0.0 if method == "exact" else 1e-5) if tol is None else tol
+    if not isinstance(tol, int | float) or not tol >= 0:
+        raise ValueError(f"tol must be a non-negative number; got {tol!r}")
     dynamic, static = split_model_kwargs(model_kwargs)
     common = dict(method=method, model=model, latent=latent, static_kwargs=static,
                   options=freeze_options(options))
     if progress_bar:
-        states, traces, counts = _run_with_progress(keys, x, starts, noise, dynamic,
+        states, traces, counts = _run_with_progress(keys, x, starts, noise, dynamic, tol,
                                                     num_iterations, common)
     else:
-        states, traces, counts = _run(keys, x, starts, noise, dynamic,
+        states, traces, counts = _run(keys, x, starts, noise, dynamic, tol,
                                       num_iterations=num_iterations, **common)
     errors = states.error
     if not bool(jnp.all(jnp.isfinite(errors))):
@@ -298,13 +313,13 @@ def fit_gvq(
 
 
 @partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options"))
-def _vmapped_step(keys, states, x, noise, dynamic_kwargs, *, method, model, latent,
+def _vmapped_step(keys, states, x, noise, dynamic_kwargs, tol, *, method, model, latent,
                   static_kwargs, options):
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
 
     def one(key, state):
         new_state, info = step(key, state, x, method=method, model=model, model_kwargs=kwargs,
-                               latent=latent, noise=noise, options=options)
+                               latent=latent, noise=noise, options=options, tol=tol)
         # A converged restart stays put.
         new_state = jax.tree.map(lambda a, b: jnp.where(state.converged, a, b), state, new_state)
         return new_state
@@ -312,14 +327,14 @@ def _vmapped_step(keys, states, x, noise, dynamic_kwargs, *, method, model, late
     return jax.vmap(one)(keys, states)
 
 
-def _run_with_progress(keys, x, starts, noise, dynamic, num_iterations, common):
+def _run_with_progress(keys, x, starts, noise, dynamic, tol, num_iterations, common):
     states = jax.vmap(lambda f: init(None, x, f.shape[0], features=f))(starts)
     traces, counts = [], jnp.zeros(keys.shape[0], jnp.int32)
     with tqdm(total=num_iterations, desc="GVQ-EM", leave=False) as bar:
         for i in range(num_iterations):
             step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, i)
             counts = counts + (~states.converged).astype(jnp.int32)
-            states = _vmapped_step(step_keys, states, x, noise, dynamic, **common)
+            states = _vmapped_step(step_keys, states, x, noise, dynamic, tol, **common)
             traces.append(states.error)
             bar.update(1)
             bar.set_postfix(error=f"{float(jnp.min(states.error)):.4g}")

@@ -24,7 +24,8 @@ message is kept as one number, the difference of its two entries:
   After each sweep s_i = [G_i > 0].
 * ``"br+mf"``: BR, and annealed mean-field on the examples where BR did not
   converge, keeping the lower energy (sec. 4.3.1: when BR converged its answer
-  was optimal in every trial of the paper).
+  was optimal in every trial of the paper). ``converged`` is True everywhere:
+  MF, the fallback, always ends with a state.
 
 All keep the lowest-energy state visited (App. A-B).
 """
@@ -233,16 +234,40 @@ def run_bp(problem: AssociationProblem, *, rng_key, start_sigma=BP_START_SIGMA,
 
 
 def run_br_mf(problem: AssociationProblem, *, rng_key, max_sweeps=MAX_SWEEPS, damping=0.0,
-              tol=TOL, **mf_options) -> AssociationResult:
-    """BR, then annealed MF where BR did not converge; the lower energy wins there."""
+              tol=TOL, chunk_size=2048, **mf_options) -> AssociationResult:
+    """BR, then annealed MF on the examples where BR did not converge; the lower energy wins.
+
+    The non-converged examples are gathered and run through MF in chunks of
+    ``chunk_size``, so the fallback costs in proportion to how often BR fails,
+    not to the number of examples.
+    """
     key_br, key_mf = jax.random.split(rng_key)
     br = run_br(problem, rng_key=key_br, max_sweeps=max_sweeps, damping=damping, tol=tol)
-    mf = run_mf(problem, rng_key=key_mf, **mf_options)
-    use_mf = ~br.converged & (mf.energy < br.energy)
-    states = jnp.where(use_mf[:, None], mf.states, br.states)
-    energy = jnp.where(use_mf, mf.energy, br.energy)
-    converged = br.converged | mf.converged
-    return AssociationResult(states, energy, converged, br.trace)
+    failed = ~br.converged
+    num_examples = failed.shape[0]
+    chunk = min(chunk_size, num_examples)
+    order = jnp.argsort(~failed, stable=True)  # failed examples first
+    num_failed = jnp.sum(failed)
+
+    def cond(carry):
+        start, _, _ = carry
+        return start < num_failed
+
+    def body(carry):
+        start, states, energy = carry
+        # dynamic_slice clamps the last chunk into range: it may revisit a few examples,
+        # which only ever lowers their energy.
+        index = jax.lax.dynamic_slice(order, (start,), (chunk,))
+        mf = run_mf(problem.take(index), rng_key=jax.random.fold_in(key_mf, start),
+                    **mf_options)
+        better = failed[index] & (mf.energy < energy[index])
+        states = states.at[index].set(jnp.where(better[:, None], mf.states, states[index]))
+        energy = energy.at[index].set(jnp.where(better, mf.energy, energy[index]))
+        return start + chunk, states, energy
+
+    _, states, _ = jax.lax.while_loop(
+        cond, body, (jnp.asarray(0, num_failed.dtype), br.states, problem.energy(br.states)))
+    return AssociationResult(states, problem.exact_energy(states), jnp.ones_like(failed), br.trace)
 
 
 def _validate_br(features, options, extra=None):
@@ -266,8 +291,10 @@ def _validate_bp(features, options):
 
 
 def _validate_br_mf(features, options):
-    br_names = {"max_sweeps", "damping", "tol"}
-    _validate_br(features, {k: v for k, v in options.items() if k in br_names})
+    br_names = {"max_sweeps", "damping", "tol", "chunk_size"}
+    _validate_br(features, {k: v for k, v in options.items() if k in br_names},
+                 extra={"chunk_size": int})
+    check_positive_int(options.get("chunk_size", 2048), "chunk_size")
     validate_annealed(features, {k: v for k, v in options.items() if k not in br_names})
 
 

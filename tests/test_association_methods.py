@@ -125,12 +125,20 @@ def test_mf_init_and_step_are_pure_and_jittable(loopy):
 
 
 def test_fit_gvq_with_an_approximate_association():
-    data = gvq.generate_planted(jax.random.key(9), 200, 5, 12, noise_scale=0.1)
+    """EM with BR+MF association reaches exact EM's optimum on sparse planted features.
+
+    (On dense F ~ N(2, 1) it can stall far above the noise floor: association errors feed
+    the M-step. The comparison and example report such cases.)
+    """
     from inference import fit_gvq
 
+    data = gvq.generate_planted(jax.random.key(9), 200, 5, 12, noise_scale=0.1,
+                                num_parents=2)
     result = fit_gvq(data.x, 5, method="br+mf", rng_key=jax.random.key(0), num_restarts=2,
                      num_iterations=30)
-    assert float(result.error) < 0.2  # noise floor 12 * 0.01 = 0.12
+    exact = fit_gvq(data.x, 5, rng_key=jax.random.key(0), num_restarts=2)
+    assert bool(result.converged)
+    assert float(result.error) == pytest.approx(float(exact.error), rel=1e-3)
 
 
 @pytest.mark.parametrize(("method", "options", "message"), [
