@@ -220,4 +220,7 @@ def _json_default(value):
 
 def _load_comparisons():
     """Import the modules that register comparisons (each model family adds one)."""
-    from inference import compare_gvq  # noqa: F401
+    from inference import (
+        compare_gvq,  # noqa: F401
+        compare_gvq_association,  # noqa: F401
+    )
