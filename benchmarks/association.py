@@ -73,11 +73,12 @@ The overcomplete cases have no goal (the paper found all methods degrade
 there); their gaps are reported as measured. Where a goal is missed
 (``--profile missed``, the default; ``all`` or ``none``) a profile of MF and
 BR+MF at that configuration is printed: the cost of reading the energy from
-the program, of one sweep of each method and of its random visiting orders
-(against an argsort of uniforms, against one order shared by all examples, and
-against a parallel matmul update), the number of BR sweeps and of examples
-falling back to MF, BR's memory traffic against a plain array sum, and the
-time and gap of the whole methods with fewer sweeps (their own options).
+the program, of one sweep of each method (with one visiting order per example
+instead of the default one shared per sweep, with mu stored examples-major
+instead of units-major, against a parallel matmul update), the number of BR
+sweeps and of examples falling back to MF, BR's memory traffic against a
+plain array sum, and the time and gap of the whole methods under other values
+of their own options.
 
 Run::
 
@@ -558,17 +559,19 @@ def _median_call(fn, repeats=2):
     return float(np.median([_timed(fn)[0] for _ in range(repeats)]))
 
 
-def _mf_sweep_variants(problem, mu, key, sigma):
+def _mf_sweep_variants(problem, mu_t, key, sigma):
     """Two variants of one MF sweep, for the profile only (not methods of the library).
 
-    ``shared``: the sequential sweep of ``annealing.mf_step`` with one random order
-    for all examples instead of one per example (a unit index that is a scalar
-    instead of a per-example gather/scatter). ``parallel``: all units at once,
+    ``examples_major``: the sequential sweep of ``annealing.mf_step`` (one random
+    order shared by the examples) with mu kept as (num_examples, n), so that
+    each visit writes a strided column instead of a contiguous row: what the
+    library's units-major layout saves. ``parallel``: all units at once,
     mu <- sigmoid(-beta (h + mu W)), one (N, n) x (n, n) product: the arithmetic
     floor of a sweep (a different, undamped fixed-point iteration).
     """
     energy = problem.tempered(sigma)
     beta = 1.0 / (2.0 * jnp.square(sigma))
+    mu = mu_t.T
     n = mu.shape[1]
     order = jax.random.permutation(key, n)
 
@@ -577,32 +580,9 @@ def _mf_sweep_variants(problem, mu, key, sigma):
         field = energy.linear[:, i] + mu @ energy.couplings[i]
         return mu.at[:, i].set(jax.nn.sigmoid(-beta * field))
 
-    shared = jax.lax.fori_loop(0, n, visit, mu)
+    examples_major = jax.lax.fori_loop(0, n, visit, mu)
     parallel = jax.nn.sigmoid(-beta * (energy.linear + mu @ energy.couplings))
-    return shared, parallel
-
-
-def _mf_shared_order_run(problem, key, num_sweeps):
-    """Annealed MF as ``annealing.run_mf`` but with one visiting order per sweep shared by
-    all examples (profile only): the same schedule, initialisation and best-state
-    bookkeeping, so that its time and gap show what that change would buy."""
-    from inference import annealing
-    from inference._sweeps import geometric_schedule, keep_best
-
-    key_init, key_run = jax.random.split(key)
-    state = annealing.mf_init(key_init, problem)
-    sigmas = geometric_schedule(annealing.START_SIGMA, annealing.END_SIGMA, num_sweeps)
-
-    def body(carry, inputs):
-        mu, best = carry
-        k, sigma = inputs
-        mu, _ = _mf_sweep_variants(problem, mu, k, sigma)
-        states = (mu > 0.5).astype(jnp.int32)
-        return (mu, keep_best(best, states, problem.energy(states))), None
-
-    keys = jax.random.split(key_run, num_sweeps)
-    (_, best), _ = jax.lax.scan(body, (state.mu, state.best), (keys, sigmas))
-    return association_module.AssociationResult(best.states, best.energy, best.energy, None)
+    return examples_major, parallel
 
 
 def profile(config: Config) -> dict:
@@ -649,7 +629,7 @@ def profile(config: Config) -> dict:
     run_br = jax.jit(lambda p, k: message_passing.run_br(p, rng_key=k))
     out["run_br_s"] = _median_call(lambda: run_br(problem, key))
     # BR memory traffic against a plain sum over an array of the messages' size.
-    messages = jnp.ones((num, n, n), x.dtype)
+    messages = jnp.ones((n, n, num), x.dtype)
     plain_sum = jax.jit(jnp.sum)
     sum_s = _median_call(lambda: plain_sum(messages))
     out["messages_bytes"] = int(messages.size * messages.dtype.itemsize)
@@ -665,10 +645,13 @@ def profile(config: Config) -> dict:
     out["mf_sweeps"] = annealing.NUM_SWEEPS
     tempered = jax.jit(lambda p, s: p.tempered(s))
     out["tempered_s"] = _median_call(lambda: tempered(problem, sigma))
-    shared = jax.jit(lambda *a: _mf_sweep_variants(*a)[0])
+    per_example = jax.jit(lambda k, s, p, sg: annealing.mf_step(k, s, p, sg, "per_example"))
+    out["mf_per_example_sweep_s"] = _median_call(lambda: per_example(key, mf_state, problem,
+                                                                     sigma))
+    examples_major = jax.jit(lambda *a: _mf_sweep_variants(*a)[0])
     parallel = jax.jit(lambda *a: _mf_sweep_variants(*a)[1])
-    out["mf_shared_order_sweep_s"] = _median_call(lambda: shared(problem, mf_state.mu, key,
-                                                                 sigma))
+    out["mf_examples_major_sweep_s"] = _median_call(lambda: examples_major(problem, mf_state.mu,
+                                                                           key, sigma))
     out["mf_parallel_sweep_s"] = _median_call(lambda: parallel(problem, mf_state.mu, key,
                                                                sigma))
 
@@ -681,18 +664,20 @@ def profile(config: Config) -> dict:
         out.setdefault("whole", []).append({"method": name, "seconds": seconds, "gap": gap})
 
     whole("mf", lambda p, k: annealing.run_mf(p, rng_key=k))
+    whole("mf order=per_example",
+          lambda p, k: annealing.run_mf(p, rng_key=k, order="per_example"))
     whole("mf num_sweeps=20", lambda p, k: annealing.run_mf(p, rng_key=k, num_sweeps=20))
+    whole("br", lambda p, k: message_passing.run_br(p, rng_key=k))
     whole("br+mf", lambda p, k: message_passing.run_br_mf(p, rng_key=k))
-    whole("br+mf max_sweeps=10", lambda p, k: message_passing.run_br_mf(p, rng_key=k,
-                                                                        max_sweeps=10))
-    whole("br+mf chunk_size=256",
-          lambda p, k: message_passing.run_br_mf(p, rng_key=k, chunk_size=256))
-    whole("br+mf max_sweeps=10 chunk_size=256 num_sweeps=20",
-          lambda p, k: message_passing.run_br_mf(p, rng_key=k, max_sweeps=10, chunk_size=256,
-                                                 num_sweeps=20))
-    for sweeps in (60, 20):
-        whole(f"mf, one order shared, num_sweeps={sweeps} *",
-              lambda p, k, s=sweeps: _mf_shared_order_run(p, k, s))
+    whole("br+mf order=per_example",
+          lambda p, k: message_passing.run_br_mf(p, rng_key=k, order="per_example"))
+    whole(f"br+mf max_sweeps={message_passing.MAX_SWEEPS}",
+          lambda p, k: message_passing.run_br_mf(p, rng_key=k,
+                                                 max_sweeps=message_passing.MAX_SWEEPS))
+    whole("br+mf chunk_size=2048",
+          lambda p, k: message_passing.run_br_mf(p, rng_key=k, chunk_size=2048))
+    whole("br+mf num_sweeps=20",
+          lambda p, k: message_passing.run_br_mf(p, rng_key=k, num_sweeps=20))
     return out
 
 
@@ -713,15 +698,16 @@ def format_profile(p: dict) -> str:
         f"      one sweep {p['br_sweep_s'] * us:.2f}; run_br {p['run_br_s'] * us:.2f}; messages "
         f"{p['messages_bytes'] / 1e6:.0f} MB: a sweep moves >= {p['br_sweep_gbps']:.2f} GB/s, "
         f"a plain jnp.sum over them {p['plain_sum_gbps']:.2f} GB/s",
-        f"  random_orders (one permutation per example, every sweep of BR, MF, Gibbs, BP): "
+        f"  random_orders (order='per_example': one permutation per example per sweep): "
         f"{p['random_orders_s'] * us:.2f}; argsort of uniforms instead: "
         f"{p['argsort_orders_s'] * us:.2f}",
         f"  MF: one sweep {p['mf_sweep_s'] * us:.2f} (tempered(sigma) {p['tempered_s'] * us:.3f})"
-        f" x {p['mf_sweeps']} sweeps; one order shared by all examples: "
-        f"{p['mf_shared_order_sweep_s'] * us:.2f}; all units in parallel (one matmul): "
+        f" x {p['mf_sweeps']} sweeps; order='per_example': {p['mf_per_example_sweep_s'] * us:.2f};"
+        f" mu stored (examples, units) instead of (units, examples): "
+        f"{p['mf_examples_major_sweep_s'] * us:.2f}; all units in parallel (one matmul): "
         f"{p['mf_parallel_sweep_s'] * us:.2f}",
-        "  whole methods (energy already read), time and mean gap to the reference "
-        "(* = a variant written here, not a library option):",
+        "  whole methods (energy already read; library options), time and mean gap to the "
+        "reference:",
     ]
     for w in p["whole"]:
         lines.append(f"      {w['method']:<50} {w['seconds'] * us:9.2f} us/ex   gap "

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 
 from ppl_models.validation import check_positive, check_positive_int
 
-__all__ = ["geometric_schedule", "halving_schedule", "random_orders", "Best", "keep_best",
-           "check_schedule_options"]
+__all__ = ["geometric_schedule", "halving_schedule", "random_orders", "ORDERS", "check_order",
+           "Best", "keep_best", "check_schedule_options"]
 
 
 def geometric_schedule(start_sigma: float, end_sigma: float, num_sweeps: int):
@@ -46,10 +46,33 @@ def check_schedule_options(start_sigma, end_sigma, num_sweeps=None):
         check_positive_int(num_sweeps, "num_sweeps")
 
 
-def random_orders(rng_key, num_examples: int, num_features: int):
-    """One random permutation of the units per example, shape (num_examples, num_features)."""
+#: Visiting orders of the sequential sweeps (option ``order`` of bp, br, mf, gibbs, br+mf).
+ORDERS = ("shared", "per_example")
+
+
+def random_orders(rng_key, num_examples: int, num_features: int, order: str = "shared"):
+    """Random visiting orders of the units for one sweep, and their ``vmap`` axis.
+
+    ``order="shared"`` (the default) draws one permutation (num_features,) that
+    every example uses in this sweep (axis ``None``): each example still sees a
+    fresh uniformly random order per sweep, so its own result has the same
+    distribution as with independent orders, and the batched update of unit i is
+    one contiguous row operation for all examples. ``order="per_example"`` draws
+    an independent permutation per example, shape (num_examples, num_features)
+    (axis 0), so that results of different examples are independent; each visit
+    then gathers and scatters a different unit per example, 10-20x slower on CPU
+    (``benchmarks/association.py --profile all``).
+    """
+    if order == "shared":
+        return jax.random.permutation(rng_key, num_features), None
     keys = jax.random.split(rng_key, num_examples)
-    return jax.vmap(lambda k: jax.random.permutation(k, num_features))(keys)
+    return jax.vmap(lambda k: jax.random.permutation(k, num_features))(keys), 0
+
+
+def check_order(order):
+    """Validate the ``order`` option of the sweeping methods."""
+    if not isinstance(order, str) or order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}; got {order!r}")
 
 
 class Best(NamedTuple):
