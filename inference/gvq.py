@@ -14,6 +14,12 @@ trace never increases (up to rounding); the iteration stops at a fixed point,
 when no association changes. Several random restarts run in parallel under
 ``vmap`` and the one with the least error is returned.
 
+The constraints of sec. 5 are options of the program and of :func:`fit_gvq`
+(``num_sets``, ``sparsity``, ``binary``/``beta``; see
+:mod:`inference.gvq_constraints`): feature sets keep the least-squares M-step
+(the constrained design is the full state matrix, one set's block per row);
+binary data replace it by BFGS on the program's energy.
+
 Algorithm layout: pure ``init``/``step`` functions and a driver :func:`fit_gvq`
 that loops with ``lax.while_loop`` or, with ``progress_bar=True``, over the
 jitted step with a tqdm bar.
@@ -32,14 +38,20 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference._jit import freeze_options, split_model_kwargs
-from inference.association import MAX_EXACT_FEATURES, METHODS, _load_methods, associate_energy
+from inference.association import MAX_EXACT_FEATURES, METHODS, _load_methods
 from inference.energy import check_quadratic
+from inference.gvq_constraints import (
+    MAX_PROGRAM_SEARCH_UNITS,
+    associate_states,
+    binary_m_step,
+    in_set,
+)
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int
+from ppl_models.validation import check_data, check_finite, check_positive, check_positive_int
 
 __all__ = ["GVQState", "GVQInfo", "GVQResult", "init", "step", "fit_gvq", "initial_features",
-           "m_step", "match_features"]
+           "initial_set_features", "m_step", "match_features"]
 
 
 class GVQState(NamedTuple):
@@ -88,6 +100,8 @@ class GVQResult(NamedTuple):
         Whether the best restart reached a fixed point within ``num_iterations``.
     restart_errors : array (num_restarts,)
         Final error of every restart.
+    sets : int32 array (num_examples,) or None
+        With ``num_sets``: the set each example uses.
     """
 
     features: jax.Array
@@ -97,6 +111,7 @@ class GVQResult(NamedTuple):
     num_iterations: jax.Array
     converged: jax.Array
     restart_errors: jax.Array
+    sets: jax.Array | None = None
 
 
 def initial_features(rng_key, x, num_features: int):
@@ -112,7 +127,37 @@ def initial_features(rng_key, x, num_features: int):
     return mean + std * jax.random.normal(rng_key, (num_features, x.shape[1]), x.dtype)
 
 
-def restart_features(rng_key, x, num_features: int, num_restarts: int, init_features=None):
+def initial_set_features(rng_key, x, num_features: int, num_sets: int, *, binary=False):
+    """Random initial features for ``num_sets`` sets (sec. 5.1).
+
+    Each origin is a different random example (as k-means starts from random
+    data points); the switchable features are small, N(0, (s_j / (2 sqrt(m - 1)))^2)
+    for column standard deviation s_j, so that each set starts as a cluster
+    centre with room to grow features. With ``binary=True`` the values are
+    F_hat: origins logit(1/4 + x/2) of a random example x, switchable features
+    logit(0.15 + x'/2) of other random examples x' (plus a little noise).
+    """
+    per_set = gvq.features_per_set(num_features, num_sets)
+    key_rows, key_noise, key_parts = jax.random.split(rng_key, 3)
+    replace = num_sets > x.shape[0]
+    rows = jax.random.choice(key_rows, x.shape[0], (num_sets,), replace=replace)
+    origins = x[rows]
+    noise = jax.random.normal(key_noise, (num_sets, per_set - 1, x.shape[1]), x.dtype)
+    if binary:
+        # Features that a state would use: each starts as a faint copy of a random
+        # example's pixels (a feature too weak to lower any energy is never switched
+        # on, so it would never be trained).
+        parts = x[jax.random.randint(key_parts, (num_sets, per_set - 1), 0, x.shape[0])]
+        origins = jax.scipy.special.logit(0.25 + 0.5 * origins)
+        switch = jax.scipy.special.logit(0.15 + 0.5 * parts) + 0.1 * noise
+    else:
+        switch = noise * (jnp.std(x, axis=0) / (2.0 * jnp.sqrt(max(per_set - 1, 1))) + 1e-6)
+    blocks = jnp.concatenate([switch, origins[:, None, :]], axis=1)
+    return blocks.reshape(num_features, x.shape[1])
+
+
+def restart_features(rng_key, x, num_features: int, num_restarts: int, init_features=None,
+                     *, num_sets=None, binary=False):
     """Starting features of every restart, shape (num_restarts, num_features, dim).
 
     Random (:func:`initial_features`, one key per restart) unless
@@ -121,8 +166,16 @@ def restart_features(rng_key, x, num_features: int, num_restarts: int, init_feat
     """
     dim = x.shape[1]
     if init_features is None:
-        return jax.vmap(lambda k: initial_features(k, x, num_features))(
-            jax.random.split(rng_key, num_restarts))
+        if num_sets is not None:
+            def draw(k):
+                return initial_set_features(k, x, num_features, num_sets, binary=binary)
+        elif binary:
+            def draw(k):
+                return jax.random.normal(k, (num_features, dim), x.dtype)
+        else:
+            def draw(k):
+                return initial_features(k, x, num_features)
+        return jax.vmap(draw)(jax.random.split(rng_key, num_restarts))
     starts = np.asarray(init_features)
     expected = f"({num_features}, {dim}) or ({num_restarts}, {num_features}, {dim})"
     if starts.ndim == 2:
@@ -137,16 +190,21 @@ def restart_features(rng_key, x, num_features: int, num_restarts: int, init_feat
     return jnp.asarray(starts, x.dtype)
 
 
-def _mean_error(x, states, features):
-    return jnp.mean(jnp.sum(jnp.square(x - states.astype(x.dtype) @ features), axis=-1))
+def _mean_error(x, states, features, kwargs=None):
+    kwargs = kwargs or {}
+    recon = gvq.reconstruction(features, states.astype(x.dtype),
+                               binary=bool(kwargs.get("binary", False)), beta=kwargs.get("beta"))
+    return jnp.mean(jnp.sum(jnp.square(x - recon), axis=-1))
 
 
-def init(rng_key, x, num_features: int, *, features=None) -> GVQState:
-    """Initial state: ``features`` if given, else :func:`initial_features`."""
+def init(rng_key, x, num_features: int, *, features=None, model_kwargs=None) -> GVQState:
+    """Initial state: ``features`` if given, else :func:`initial_features`; the error is
+    that of the all-zero states (no association yet)."""
     if features is None:
         features = initial_features(rng_key, x, num_features)
     states = jnp.zeros((x.shape[0], num_features), jnp.int32)
-    return GVQState(features, states, _mean_error(x, states, features), jnp.asarray(False))
+    return GVQState(features, states, _mean_error(x, states, features, model_kwargs),
+                    jnp.asarray(False))
 
 
 def m_step(x, states, features):
@@ -158,34 +216,45 @@ def m_step(x, states, features):
 
 
 def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwargs=None,
-         latent="s", noise=None, options=(), tol=0.0):
-    """One EM iteration: association with ``method``, then the least-squares M-step. Jittable.
+         latent="s", noise=None, options=(), tol=0.0, m_step_iterations=50):
+    """One EM iteration: association with ``method``, then the M-step. Jittable.
 
-    ``converged`` is set when no association changed, or when the error changed
-    by at most ``tol`` relative to the previous one (for randomised methods,
-    whose associations keep flickering).
+    The M-step is least squares (:func:`m_step`), or BFGS on the program's
+    energy when ``model_kwargs["binary"]`` (:func:`inference.gvq_constraints.binary_m_step`,
+    at most ``m_step_iterations`` iterations). ``converged`` is set when no
+    association changed, or when the error changed by at most ``tol`` relative to
+    the previous one (for randomised methods, whose associations keep flickering);
+    with ``binary`` it needs both (the BFGS M-step may still be lowering the error).
     """
     model = gvq.model if model is None else model
     kwargs = {**(model_kwargs or {}), "features": state.features}
-    result = associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
-                              rng_key=rng_key, options=dict(options),
-                              num_features=state.features.shape[0])
-    features = m_step(x, result.states, state.features)
-    num_changed = jnp.sum(jnp.any(result.states != state.states, axis=1))
-    error = _mean_error(x, result.states, features)
+    states, _ = associate_states(model, x, kwargs, method=method, latent=latent, noise=noise,
+                                 rng_key=rng_key, options=tuple(options),
+                                 num_features=state.features.shape[0])
+    if kwargs.get("binary", False):
+        features, _ = binary_m_step(model, x, states, kwargs, latent=latent, noise=noise,
+                                    max_iterations=m_step_iterations)
+    else:
+        features = m_step(x, states, state.features)
+    num_changed = jnp.sum(jnp.any(states != state.states, axis=1))
+    error = _mean_error(x, states, features, kwargs)
     settled = jnp.abs(state.error - error) <= tol * state.error
-    new_state = GVQState(features, result.states, error, (num_changed == 0) | settled)
+    if kwargs.get("binary", False):  # BFGS may still be improving the features
+        converged = (num_changed == 0) & settled
+    else:
+        converged = (num_changed == 0) | settled
+    new_state = GVQState(features, states, error, converged)
     return new_state, GVQInfo(error, num_changed)
 
 
 @partial(jax.jit, static_argnames=("num_iterations", "method", "model", "latent",
-                                   "static_kwargs", "options"))
+                                   "static_kwargs", "options", "m_step_iterations"))
 def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, method, model,
-         latent, static_kwargs, options):
+         latent, static_kwargs, options, m_step_iterations):
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
 
     def one_restart(key, features0):
-        state = init(None, x, features0.shape[0], features=features0)
+        state = init(None, x, features0.shape[0], features=features0, model_kwargs=kwargs)
         trace = jnp.zeros(num_iterations, x.dtype)
 
         def cond(carry):
@@ -196,7 +265,7 @@ def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, 
             i, state, trace = carry
             state, info = step(jax.random.fold_in(key, i), state, x, method=method,
                                model=model, model_kwargs=kwargs, latent=latent, noise=noise,
-                               options=options, tol=tol)
+                               options=options, tol=tol, m_step_iterations=m_step_iterations)
             return i + 1, state, trace.at[i].set(info.error)
 
         i, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
@@ -204,6 +273,87 @@ def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, 
         return state, trace, i
 
     return jax.vmap(one_restart)(keys, init_features)
+
+
+def _check_constraints(features, x, *, num_sets=None, sparsity=None, binary=False, beta=None,
+                       method="exact", model_kwargs=None, rng_key=None, options=None,
+                       num_features=None):
+    """Validate the constraint options of :func:`fit_gvq` / :func:`associate_sets`.
+
+    Returns (features, x, model_kwargs with the constraints added, method).
+    ``features`` may be None (fit_gvq checks ``num_features`` instead).
+    """
+    _load_methods()
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    kwargs = dict(model_kwargs or {})
+    num_sets = kwargs.pop("num_sets", None) if num_sets is None else num_sets
+    sparsity = kwargs.pop("sparsity", None) if sparsity is None else sparsity
+    binary = bool(kwargs.pop("binary", False)) or bool(binary)
+    beta = kwargs.pop("beta", None) if beta is None else beta
+    if features is not None:
+        features = jnp.asarray(check_data(features, "features"))
+        num_features = int(features.shape[0])
+        x = check_data(x, "x", dim=int(features.shape[1]))
+    else:
+        x = check_data(x, "x")
+    units = num_features
+    if num_sets is not None:
+        units = gvq.features_per_set(num_features, num_sets) - 1
+        kwargs["num_sets"] = int(num_sets)
+    if sparsity is not None:
+        check_finite(sparsity, "sparsity")
+        if float(sparsity) < 0:
+            raise ValueError(f"sparsity must be >= 0 (lambda of the penalty lambda s.s); got "
+                             f"{sparsity}")
+        kwargs["sparsity"] = float(sparsity)
+    if binary:
+        if beta is None:
+            raise ValueError("binary=True needs beta > 0, the steepness of the squashing "
+                             "sigmoid(beta (s @ F - 1/2)) (paper: 4.5)")
+        check_positive(beta, "beta")
+        values = np.unique(np.asarray(x))
+        if not np.all(np.isin(values, (0.0, 1.0))):
+            raise ValueError(
+                f"binary=True needs data in {{0, 1}}; x has other values, e.g. "
+                f"{values[~np.isin(values, (0.0, 1.0))][:5].tolist()}")
+        if method != "exact":
+            raise ValueError(
+                f"binary=True: the energy is not quadratic in the states, so method {method!r} "
+                "does not apply; use method='exact' (the program's energy at every state)")
+        if units > MAX_PROGRAM_SEARCH_UNITS:
+            raise ValueError(
+                f"binary=True searches 2^units states per example; {units} switchable units "
+                f"exceed the limit {MAX_PROGRAM_SEARCH_UNITS} (use feature sets)")
+        kwargs["binary"], kwargs["beta"] = True, float(beta)
+    elif beta is not None:
+        raise ValueError("beta applies only with binary=True")
+    if method == "exact" and num_sets is None:
+        check_positive_int(num_features, "num_features", maximum=MAX_EXACT_FEATURES,
+                           why=" for exhaustive search (2^num_features states per example)")
+    elif method == "exact" and units > MAX_EXACT_FEATURES:
+        raise ValueError(
+            f"method 'exact' searches 2^{units} states per example; the limit is "
+            f"{MAX_EXACT_FEATURES} units ({'per set' if num_sets else 'num_features'})")
+    if METHODS[method].randomized and rng_key is None:
+        raise ValueError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+    if features is not None and METHODS[method].validate is not None and units > 0:
+        sub = features if num_sets is None else features.reshape(
+            num_sets, units + 1, -1)[0, :-1]
+        METHODS[method].validate(sub, dict(options or {}))
+    return features, x, kwargs, method
+
+
+def _check_program(model, x, kwargs, features, latent, noise):
+    """The quadratic methods need a program quadratic in ``latent`` (first set, if any)."""
+    if kwargs.get("binary", False):
+        return
+    kwargs = {**kwargs, "features": features}
+    if "num_sets" in kwargs:
+        if gvq.features_per_set(features.shape[0], kwargs["num_sets"]) == 1:
+            return  # no switchable units: nothing to be quadratic in
+        model, kwargs = in_set(model), {**kwargs, "set_index": 0}
+    check_quadratic(model, x, latent=latent, noise=noise, model_kwargs=kwargs)
 
 
 def fit_gvq(
@@ -215,6 +365,11 @@ def fit_gvq(
     num_iterations: int = 100,
     num_restarts: int = 4,
     init_features=None,
+    num_sets: int | None = None,
+    sparsity: float | None = None,
+    binary: bool = False,
+    beta: float | None = None,
+    m_step_iterations: int = 50,
     model: Callable | None = None,
     model_kwargs: dict | None = None,
     latent: str = "s",
@@ -230,9 +385,11 @@ def fit_gvq(
     x : array (num_examples, dim)
         Data.
     num_features : int
-        Number of features n (2^n codebook vectors).
+        Number of features n (2^n codebook vectors); with ``num_sets``, all
+        features of all sets, origins included.
     method : str
-        Association method, one of :data:`inference.association.METHODS`.
+        Association method, one of :data:`inference.association.METHODS`
+        (within each set when ``num_sets`` is given).
     rng_key : jax.random key
         Drives the random initialisation and randomised association methods.
     num_iterations : int
@@ -243,52 +400,70 @@ def fit_gvq(
         the planted problem of the tests one start finds the planted features about
         half of the time, four starts almost always.
     init_features : array (num_features, dim) or (num_restarts, num_features, dim), optional
-        Start from these features instead of :func:`initial_features`.
+        Start from these features instead of the random ones
+        (:func:`initial_features`, :func:`initial_set_features`; with
+        ``binary=True`` they are F_hat).
+    num_sets : int, optional
+        Multiple feature sets (sec. 5.1): ``num_features / num_sets`` features per
+        set, the last of each set its origin (always on within the set); every
+        example uses one set (winner-take-all association). One feature per set
+        is ordinary vector quantisation (k-means).
+    sparsity : float, optional
+        lambda >= 0: the energy gains lambda s.s (sec. 5.2), through the program.
+    binary, beta : bool, float
+        Binary data (sec. 5.3, eq. 10): x in {0, 1}, features sigmoid(F_hat),
+        reconstruction sigmoid(beta (s @ sigmoid(F_hat) - 1/2)); the result's
+        ``features`` are F_hat. Association by the program's energy at every
+        state (``method="exact"``), M-step by BFGS on F_hat.
+    m_step_iterations : int
+        BFGS iterations per M-step with ``binary=True``.
     model, model_kwargs, latent, noise
         The program and how its energy is read (see :func:`inference.associate`);
-        ``noise=None`` is the GVQ limit, a float gives MAP-EM at that noise.
+        ``noise=None`` is the GVQ limit, a float gives MAP-EM at that noise. The
+        constraints are passed to the program as keyword arguments.
     progress_bar : bool
         Show a tqdm bar over iterations (runs the jitted step from Python).
     tol : float, optional
         Also stop when the error changes by at most ``tol`` relative to the last
         iteration. Default: 0 for ``"exact"`` (stop at the fixed point, where no
-        association changes) and 1e-5 for the other methods, whose randomised
-        associations may flicker between equally good states.
+        association changes; 1e-6 with ``binary=True``, whose BFGS M-step moves the
+        features a little at every iteration) and 1e-5 for the other methods, whose
+        randomised associations may flicker between equally good states.
     **options
         Options of the association method.
 
     Returns
     -------
     GVQResult
+        ``error`` is the mean reconstruction error per example (eq. 1, or eq. 10
+        with ``binary=True``; without the sparsity penalty).
     """
-    _load_methods()
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
     if rng_key is None:
         raise ValueError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
-    num_features = check_positive_int(
-        num_features, "num_features",
-        maximum=MAX_EXACT_FEATURES if method == "exact" else None,
-        why=" for exhaustive search (2^num_features states per example)")
-    x = check_data(x, "x")
+    num_features = check_positive_int(num_features, "num_features")
+    _, x, kwargs, method = _check_constraints(
+        None, x, num_sets=num_sets, sparsity=sparsity, binary=binary, beta=beta, method=method,
+        model_kwargs=model_kwargs, rng_key=rng_key, options=options, num_features=num_features)
     num_iterations = check_positive_int(num_iterations, "num_iterations")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
+    m_step_iterations = check_positive_int(m_step_iterations, "m_step_iterations")
     if noise is not None:
         check_positive(noise, "noise")
     model = gvq.model if model is None else model
     key_init, key_run = jax.random.split(rng_key)
     keys = jax.random.split(key_run, num_restarts)
-    starts = restart_features(key_init, x, num_features, num_restarts, init_features)
-    if METHODS[method].validate is not None:
-        METHODS[method].validate(starts[0], options)
-    check_quadratic(model, x, latent=latent, noise=noise,
-                    model_kwargs={**(model_kwargs or {}), "features": starts[0]})
-    tol = (0.0 if method == "exact" else 1e-5) if tol is None else tol
+    starts = restart_features(key_init, x, num_features, num_restarts, init_features,
+                              num_sets=kwargs.get("num_sets"), binary=kwargs.get("binary", False))
+    _check_constraints(starts[0], x, method=method, model_kwargs=kwargs, rng_key=rng_key,
+                       options=options)
+    _check_program(model, x, kwargs, starts[0], latent, noise)
+    if tol is None:
+        tol = 1e-5 if method != "exact" else (1e-6 if kwargs.get("binary") else 0.0)
     if not isinstance(tol, int | float) or not tol >= 0:
         raise ValueError(f"tol must be a non-negative number; got {tol!r}")
-    dynamic, static = split_model_kwargs(model_kwargs)
+    dynamic, static = split_model_kwargs(kwargs)
     common = dict(method=method, model=model, latent=latent, static_kwargs=static,
-                  options=freeze_options(options))
+                  options=freeze_options(options), m_step_iterations=m_step_iterations)
     if progress_bar:
         states, traces, counts = _run_with_progress(keys, x, starts, noise, dynamic, tol,
                                                     num_iterations, common)
@@ -305,21 +480,26 @@ def fit_gvq(
         warnings.warn(
             f"fit_gvq: not converged after {num_iterations} iterations (associations still "
             "changing); raise num_iterations", ConvergenceWarning, stacklevel=2)
+    sets = None
+    if "num_sets" in kwargs:
+        sets = gvq.set_units(states.states[best], kwargs["num_sets"])[0]
     return GVQResult(
         features=states.features[best], states=states.states[best], error=errors[best],
         error_trace=traces[best], num_iterations=counts[best], converged=jnp.asarray(converged),
-        restart_errors=errors,
+        restart_errors=errors, sets=sets,
     )
 
 
-@partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options"))
+@partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options",
+                                   "m_step_iterations"))
 def _vmapped_step(keys, states, x, noise, dynamic_kwargs, tol, *, method, model, latent,
-                  static_kwargs, options):
+                  static_kwargs, options, m_step_iterations):
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
 
     def one(key, state):
         new_state, info = step(key, state, x, method=method, model=model, model_kwargs=kwargs,
-                               latent=latent, noise=noise, options=options, tol=tol)
+                               latent=latent, noise=noise, options=options, tol=tol,
+                               m_step_iterations=m_step_iterations)
         # A converged restart stays put.
         new_state = jax.tree.map(lambda a, b: jnp.where(state.converged, a, b), state, new_state)
         return new_state
@@ -328,7 +508,8 @@ def _vmapped_step(keys, states, x, noise, dynamic_kwargs, tol, *, method, model,
 
 
 def _run_with_progress(keys, x, starts, noise, dynamic, tol, num_iterations, common):
-    states = jax.vmap(lambda f: init(None, x, f.shape[0], features=f))(starts)
+    kwargs = {**dynamic, **dict(common["static_kwargs"])}
+    states = jax.vmap(lambda f: init(None, x, f.shape[0], features=f, model_kwargs=kwargs))(starts)
     traces, counts = [], jnp.zeros(keys.shape[0], jnp.int32)
     with tqdm(total=num_iterations, desc="GVQ-EM", leave=False) as bar:
         for i in range(num_iterations):

@@ -41,7 +41,8 @@ from ppl_models.validation import (
     check_probability,
 )
 
-__all__ = ["model", "PlantedData", "generate_planted", "planted_features", "INFO"]
+__all__ = ["model", "PlantedData", "generate_planted", "planted_features", "INFO",
+           "features_per_set", "full_states", "set_units", "reconstruction_error"]
 
 #: Paper sec. 4.3.1: the noise eps has variance 1/10.
 PAPER_NOISE_SCALE = math.sqrt(0.1)
@@ -57,6 +58,10 @@ def model(
     sigma=0.1,
     prior_probs=0.5,
     feature_scale=10.0,
+    num_sets: int | None = None,
+    sparsity=None,
+    binary: bool = False,
+    beta=None,
     split_states: bool = False,
     enumerate_states: bool = True,
 ):
@@ -69,20 +74,44 @@ def model(
     num_features, dim, num_examples : int, optional
         Sizes, read from ``features`` and ``x`` when those are given.
     features : array (num_features, dim), optional
-        Fixed features F. When ``None``, F is a latent site ``"F"`` with an
-        isotropic ``Normal(0, feature_scale)`` prior.
+        Fixed features F (with ``binary=True``: the unconstrained F_hat, the
+        features being sigmoid(F_hat)). When ``None``, F is a latent site
+        ``"F"`` with an isotropic ``Normal(0, feature_scale)`` prior.
     sigma : float
         Observation noise standard deviation (sites ``"x"``).
-    prior_probs : float or array (num_features,)
-        Bernoulli prior p_i of each binary unit.
+    prior_probs : float or array
+        Bernoulli prior p_i of each binary unit (of each switchable unit of a set).
     feature_scale : float
         Prior standard deviation of the entries of F.
+    num_sets : int, optional
+        Multiple feature sets (seed 000 sec. 5.1). The rows of F form
+        ``num_sets`` consecutive blocks of m = num_features / num_sets; the last
+        row of each block is the set's *origin*, always on when the set is used.
+        Each example picks one set, site ``"set"`` (uniform ``Categorical``), and
+        the m - 1 other units of that set, site ``"s"`` of shape
+        (num_examples, m - 1): x ~ Normal(o_set + s @ F_set, sigma). One feature
+        per set (m = 1, no switchable units) is ordinary vector quantisation.
+    sparsity : float, optional
+        lambda >= 0 of sec. 5.2: adds lambda s.s to the energy. Written as the
+        observed zero vector of a Gaussian site ``"sparsity"`` with mean
+        sqrt(lambda) s and the same noise sigma, i.e. the prior
+        p(s) ∝ exp(-lambda s.s / (2 sigma^2)), so that -2 sigma^2 log p gains
+        exactly lambda s.s at every sigma, the sigma -> 0 limit included (where
+        an ordinary prior on s would vanish), and NumPyro's generic inference
+        sees the same penalty.
+    binary : bool
+        Binary data (sec. 5.3, eq. 10): features sigmoid(F_hat) and
+        reconstruction sigmoid(beta (s @ sigmoid(F_hat) - 1/2)). The energy is
+        then not quadratic in s.
+    beta : float, optional
+        Steepness of the squashing function with ``binary=True`` (paper: 4.5).
     split_states : bool
         If True, each unit is its own site ``"s_0"``, ..., ``"s_{n-1}"`` of
         shape (num_examples,) marked for parallel enumeration, which is what
         NumPyro's ``infer_discrete`` and ``TraceEnum_ELBO`` need (the units are
         coupled through x, so one plated site cannot be enumerated). Otherwise
-        one site ``"s"`` of shape (num_examples, num_features).
+        one site ``"s"`` of shape (num_examples, num_features). Not with
+        ``num_sets``.
     enumerate_states : bool
         In split mode, mark the unit sites for parallel enumeration (default).
         ``False`` leaves them as ordinary discrete sites, for samplers such as
@@ -91,7 +120,9 @@ def model(
     Returns
     -------
     array (num_examples, num_features)
-        The binary states s (in split mode: stacked after broadcasting).
+        The binary states of all features (in split mode: stacked after
+        broadcasting; with ``num_sets``: the chosen set's origin and units, every
+        other set's units zero, see :func:`full_states`).
     """
     if features is not None:
         num_features, dim = jnp.shape(features)
@@ -102,13 +133,27 @@ def model(
             "gvq.model needs num_features, dim and num_examples, directly or through "
             "features= and x="
         )
+    per_set = None
+    if num_sets is not None:
+        per_set = features_per_set(num_features, num_sets)
+        if split_states:
+            raise ValueError("split_states is not available with num_sets")
+    if binary and beta is None:
+        raise ValueError("binary=True needs beta (the steepness of the squashing; paper: 4.5)")
     if features is None:
         F = numpyro.sample(
             "F", dist.Normal(0.0, feature_scale).expand([num_features, dim]).to_event(2)
         )
     else:
         F = features
-    probs = jnp.broadcast_to(jnp.asarray(prior_probs), (num_features,))
+    if binary:
+        F = jax.nn.sigmoid(F)
+
+    def squash(loc):
+        return jax.nn.sigmoid(beta * (loc - 0.5)) if binary else loc
+
+    num_units = num_features if num_sets is None else per_set - 1
+    probs = jnp.broadcast_to(jnp.asarray(prior_probs), (num_units,))
     with numpyro.plate("data", num_examples):
         if split_states:
             units = [
@@ -119,11 +164,59 @@ def model(
             # Sum of per-unit contributions: broadcasts under enumeration.
             loc = sum(u[..., None] * F[i] for i, u in enumerate(units))
             s = jnp.stack(jnp.broadcast_arrays(*units), axis=-1)
-        else:
+            active = s
+        elif num_sets is None:
             s = numpyro.sample("s", dist.Bernoulli(probs).to_event(1))
             loc = s @ F
-        numpyro.sample("x", dist.Normal(loc, sigma).to_event(1), obs=x)
+            active = s
+        else:
+            blocks = F.reshape(num_sets, per_set, -1)
+            chosen = numpyro.sample("set", dist.Categorical(logits=jnp.zeros(num_sets)))
+            s = numpyro.sample("s", dist.Bernoulli(probs).to_event(1))
+            own = blocks[chosen]  # (num_examples, per_set, dim)
+            loc = own[..., -1, :] + jnp.einsum("...i,...id->...d", s, own[..., :-1, :])
+            active = s
+        if sparsity is not None:
+            penalty_loc = jnp.sqrt(jnp.asarray(sparsity)) * active
+            numpyro.sample("sparsity", dist.Normal(penalty_loc, sigma).to_event(1),
+                           obs=jnp.zeros(jnp.shape(penalty_loc)[-2:]))
+        numpyro.sample("x", dist.Normal(squash(loc), sigma).to_event(1), obs=x)
+    if num_sets is not None:
+        return full_states(chosen, s, num_sets)
     return s
+
+
+def features_per_set(num_features: int, num_sets: int) -> int:
+    """m = num_features / num_sets (origin included), or a ValueError naming both."""
+    num_sets = check_positive_int(num_sets, "num_sets")
+    if num_features % num_sets:
+        raise ValueError(
+            f"num_features ({num_features}) must be num_sets ({num_sets}) times the number of "
+            "features per set (each set's origin included)")
+    return num_features // num_sets
+
+
+def full_states(sets, units, num_sets: int):
+    """States of all features (num_examples, num_sets * m) from a set and its units.
+
+    ``sets`` (num_examples,) is the chosen set, ``units`` (num_examples, m - 1)
+    its switchable units; the chosen set's origin (last of its block) is 1 and
+    every other set is all zeros.
+    """
+    units = jnp.asarray(units)
+    num_examples = units.shape[0]
+    block = jnp.concatenate([units, jnp.ones((num_examples, 1), units.dtype)], axis=1)
+    one_hot = jax.nn.one_hot(sets, num_sets, dtype=units.dtype)
+    return (one_hot[:, :, None] * block[:, None, :]).reshape(num_examples, -1).astype(jnp.int32)
+
+
+def set_units(states, num_sets: int):
+    """Inverse of :func:`full_states`: (sets (num_examples,), units (num_examples, m - 1))."""
+    states = jnp.asarray(states)
+    blocks = states.reshape(states.shape[0], num_sets, -1)
+    sets = jnp.argmax(blocks[:, :, -1], axis=1)
+    units = jnp.take_along_axis(blocks, sets[:, None, None], axis=1)[:, 0, :-1]
+    return sets, units
 
 
 def planted_features(
@@ -215,10 +308,21 @@ def generate_planted(
     )
 
 
-def reconstruction_error(x, features, states):
-    """Mean over examples of ||x - s @ F||^2 (the paper's E of eq. 1 divided by N)."""
+def reconstruction(features, states, *, binary: bool = False, beta=None):
+    """The codebook vector of every state: s @ F, or with ``binary=True``
+    sigmoid(beta (s @ sigmoid(F_hat) - 1/2)) (eq. 10), ``features`` being F_hat."""
+    states = jnp.asarray(states)
+    if binary:
+        return jax.nn.sigmoid(beta * (states @ jax.nn.sigmoid(features) - 0.5))
+    return states @ features
+
+
+def reconstruction_error(x, features, states, *, binary: bool = False, beta=None):
+    """Mean over examples of ||x - s @ F||^2 (the paper's E of eq. 1 divided by N);
+    with ``binary=True`` the error of eq. 10 (see :func:`reconstruction`)."""
     x = check_data(x, "x")
-    return jnp.mean(jnp.sum(jnp.square(x - states @ features), axis=-1))
+    recon = reconstruction(features, jnp.asarray(states, x.dtype), binary=binary, beta=beta)
+    return jnp.mean(jnp.sum(jnp.square(x - recon), axis=-1))
 
 
 INFO = register(
