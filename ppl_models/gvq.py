@@ -334,9 +334,10 @@ INFO = register(
         latent_sites={
             "s": "(num_examples, num_features) binary feature combination per example",
             "F": "(num_features, dim) features; a latent site only when features=None",
+            "set": "(num_examples,) the feature set of each example; only with num_sets",
         },
-        algorithms=("associate", "fit_gvq", "numpyro_baselines.map_associate",
-                    "numpyro_baselines.fit_gvq_svi"),
+        algorithms=("associate", "fit_gvq", "gvq_constraints.associate_sets",
+                    "numpyro_baselines.map_associate", "numpyro_baselines.fit_gvq_svi"),
         reference="Westerdijk, Barber, Wiegerinck; seed 000 sec. 3-4",
     )
 )
