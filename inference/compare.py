@@ -223,4 +223,5 @@ def _load_comparisons():
     from inference import (
         compare_gvq,  # noqa: F401
         compare_gvq_association,  # noqa: F401
+        compare_gvq_learning,  # noqa: F401
     )
