@@ -18,7 +18,7 @@ The constraints of sec. 5 are options of the program and of :func:`fit_gvq`
 (``num_sets``, ``sparsity``, ``binary``/``beta``; see
 :mod:`inference.gvq_constraints`): feature sets keep the least-squares M-step
 (the constrained design is the full state matrix, one set's block per row);
-binary data replace it by BFGS on the program's energy.
+binary data replace it by L-BFGS on the program's energy.
 
 Algorithm layout: pure ``init``/``step`` functions and a driver :func:`fit_gvq`
 that loops with ``lax.while_loop`` or, with ``progress_bar=True``, over the
@@ -128,13 +128,17 @@ def initial_features(rng_key, x, num_features: int):
 
 
 def initial_set_features(rng_key, x, num_features: int, num_sets: int, *, binary=False):
-    """Random initial features for ``num_sets`` sets (sec. 5.1).
+    """Random initial features for ``num_sets`` sets (sec. 5.1), drawn from the data.
 
-    Each origin is a different random example (as k-means starts from random
-    data points); the switchable features are small, N(0, (s_j / (2 sqrt(m - 1)))^2)
-    for column standard deviation s_j, so that each set starts as a cluster
-    centre with room to grow features. With ``binary=True`` the values are
-    F_hat: origins logit(1/4 + x/2) of a random example x, switchable features
+    Each origin o is a different random example (as k-means starts from random
+    data points); each switchable feature starts half-way from o towards another
+    random example x', (x' - o) / 2 plus a little noise, so that every
+    single-feature codebook vector o + f lies between data points and sums of
+    two features, (x' + x'') / 2, stay inside the data's range. Features that
+    start small (around o) are never switched on when the examples lie far from
+    their origin, and so are never trained (measured on the image segments of
+    ``examples/gvq_compression.py``). With ``binary=True`` the values are F_hat:
+    origins logit(1/4 + x/2) of a random example x, switchable features
     logit(0.15 + x'/2) of other random examples x' (plus a little noise).
     """
     per_set = gvq.features_per_set(num_features, num_sets)
@@ -143,15 +147,14 @@ def initial_set_features(rng_key, x, num_features: int, num_sets: int, *, binary
     rows = jax.random.choice(key_rows, x.shape[0], (num_sets,), replace=replace)
     origins = x[rows]
     noise = jax.random.normal(key_noise, (num_sets, per_set - 1, x.shape[1]), x.dtype)
+    # Features that a state would use start from examples: a feature too weak to
+    # lower any energy is never switched on, so it would never be trained.
+    parts = x[jax.random.randint(key_parts, (num_sets, per_set - 1), 0, x.shape[0])]
     if binary:
-        # Features that a state would use: each starts as a faint copy of a random
-        # example's pixels (a feature too weak to lower any energy is never switched
-        # on, so it would never be trained).
-        parts = x[jax.random.randint(key_parts, (num_sets, per_set - 1), 0, x.shape[0])]
         origins = jax.scipy.special.logit(0.25 + 0.5 * origins)
         switch = jax.scipy.special.logit(0.15 + 0.5 * parts) + 0.1 * noise
     else:
-        switch = noise * (jnp.std(x, axis=0) / (2.0 * jnp.sqrt(max(per_set - 1, 1))) + 1e-6)
+        switch = 0.5 * (parts - origins[:, None, :]) + 0.05 * noise * jnp.std(x, axis=0)
     blocks = jnp.concatenate([switch, origins[:, None, :]], axis=1)
     return blocks.reshape(num_features, x.shape[1])
 
@@ -219,12 +222,12 @@ def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwarg
          latent="s", noise=None, options=(), tol=0.0, m_step_iterations=50):
     """One EM iteration: association with ``method``, then the M-step. Jittable.
 
-    The M-step is least squares (:func:`m_step`), or BFGS on the program's
+    The M-step is least squares (:func:`m_step`), or L-BFGS on the program's
     energy when ``model_kwargs["binary"]`` (:func:`inference.gvq_constraints.binary_m_step`,
     at most ``m_step_iterations`` iterations). ``converged`` is set when no
     association changed, or when the error changed by at most ``tol`` relative to
     the previous one (for randomised methods, whose associations keep flickering);
-    with ``binary`` it needs both (the BFGS M-step may still be lowering the error).
+    with ``binary`` it needs both (the L-BFGS M-step may still be lowering the error).
     """
     model = gvq.model if model is None else model
     kwargs = {**(model_kwargs or {}), "features": state.features}
@@ -239,7 +242,7 @@ def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwarg
     num_changed = jnp.sum(jnp.any(states != state.states, axis=1))
     error = _mean_error(x, states, features, kwargs)
     settled = jnp.abs(state.error - error) <= tol * state.error
-    if kwargs.get("binary", False):  # BFGS may still be improving the features
+    if kwargs.get("binary", False):  # L-BFGS may still be improving the features
         converged = (num_changed == 0) & settled
     else:
         converged = (num_changed == 0) | settled
@@ -414,9 +417,9 @@ def fit_gvq(
         Binary data (sec. 5.3, eq. 10): x in {0, 1}, features sigmoid(F_hat),
         reconstruction sigmoid(beta (s @ sigmoid(F_hat) - 1/2)); the result's
         ``features`` are F_hat. Association by the program's energy at every
-        state (``method="exact"``), M-step by BFGS on F_hat.
+        state (``method="exact"``), M-step by L-BFGS on F_hat.
     m_step_iterations : int
-        BFGS iterations per M-step with ``binary=True``.
+        L-BFGS iterations per M-step with ``binary=True``.
     model, model_kwargs, latent, noise
         The program and how its energy is read (see :func:`inference.associate`);
         ``noise=None`` is the GVQ limit, a float gives MAP-EM at that noise. The
@@ -426,7 +429,7 @@ def fit_gvq(
     tol : float, optional
         Also stop when the error changes by at most ``tol`` relative to the last
         iteration. Default: 0 for ``"exact"`` (stop at the fixed point, where no
-        association changes; 1e-6 with ``binary=True``, whose BFGS M-step moves the
+        association changes; 1e-6 with ``binary=True``, whose L-BFGS M-step moves the
         features a little at every iteration) and 1e-5 for the other methods, whose
         randomised associations may flicker between equally good states.
     **options

@@ -15,17 +15,20 @@
   then evaluates the program's energy at every state (:func:`search_program`,
   exhaustive, 2^units states per example: the sets of the paper's digits run
   have 4 switchable units), and the M-step minimises the program's total
-  energy over the unconstrained features F_hat with BFGS
-  (``jax.scipy.optimize.minimize``, :func:`binary_m_step`).
+  energy over the unconstrained features F_hat with L-BFGS
+  (``optax.lbfgs``, :func:`binary_m_step`).
 
-BFGS rather than a first-order optimiser (optax): the M-step is a smooth,
+A quasi-Newton method rather than a first-order one: the M-step is a smooth,
 deterministic, full-batch problem of a few thousand parameters, which is what
 quasi-Newton methods are for; it needs no learning rate, it is the nearest
-method in JAX to the paper's scaled conjugate gradient, its line search never
-increases the objective (so EM's error cannot go up), and it adds no
-dependency. Its dense inverse-Hessian estimate costs (num_features * dim)^2
-floats, which limits it to a few thousand parameters (the digits run has
-20 * 64).
+method in JAX to the paper's scaled conjugate gradient, and its line search
+(zoom, strong Wolfe conditions) only accepts steps that lower the objective.
+Limited memory rather than BFGS (``jax.scipy.optimize.minimize``): BFGS updates
+a dense (num_features * dim)^2 inverse Hessian with matrix products, O(P^3) per
+iteration, which measured 50-80 ms per iteration on the digits run (P = 20 * 64)
+against 0.3 ms for the objective and its gradient; L-BFGS with 10 pairs costs
+O(10 P) per iteration and lowered the same objective further in the same
+number of iterations.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.optimize import minimize
+import optax
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
@@ -50,7 +53,7 @@ from inference.handlers import noiseless, observation_noise
 from ppl_models import gvq
 
 __all__ = ["in_set", "search_program", "associate_sets", "associate_states", "binary_m_step",
-           "program_energy"]
+           "lbfgs_minimize", "program_energy"]
 
 
 @functools.cache
@@ -242,12 +245,48 @@ def _latent_values(states, kwargs, latent):
     return {latent: units, "set": sets}
 
 
+def lbfgs_minimize(fun, x0, *, max_iterations, tol=1e-5, memory_size=10):
+    """Minimise ``fun`` from the flat array ``x0`` by L-BFGS (``optax.lbfgs``); jittable.
+
+    Stops after ``max_iterations`` iterations or once the gradient's Euclidean norm
+    is below ``tol`` times its norm at ``x0`` (relative, so that the criterion is
+    reachable in float32 whatever the objective's scale). Returns
+    ``(x, value, converged)``, ``converged`` meaning the gradient criterion was
+    met. The returned point is never worse than ``x0``.
+    """
+    threshold = tol * jnp.linalg.norm(jax.grad(fun)(x0))
+    optimizer = optax.lbfgs(memory_size=memory_size)
+    value_and_grad = optax.value_and_grad_from_state(fun)
+
+    def step(carry):
+        params, state = carry
+        value, grad = value_and_grad(params, state=state)
+        updates, state = optimizer.update(grad, state, params, value=value, grad=grad,
+                                          value_fn=fun)
+        return optax.apply_updates(params, updates), state
+
+    def gradient_norm(state):
+        return optax.tree.norm(optax.tree.get(state, "grad"))
+
+    def running(carry):
+        _, state = carry
+        count = optax.tree.get(state, "count")
+        return (count == 0) | ((count < max_iterations) & (gradient_norm(state) > threshold))
+
+    x, state = jax.lax.while_loop(running, step, (x0, optimizer.init(x0)))
+    start_value, value = fun(x0), fun(x)
+    better = value <= start_value  # also False for a NaN value
+    return (jnp.where(better, x, x0), jnp.where(better, value, start_value),
+            better & (gradient_norm(state) <= threshold))
+
+
 def binary_m_step(model, x, states, kwargs, *, latent="s", noise=None, max_iterations=50):
     """Minimise the program's total energy over the features (F_hat) at fixed states.
 
-    BFGS (``jax.scipy.optimize.minimize``) from the current ``kwargs["features"]``,
-    on the mean energy per example (eq. 10 plus any penalty); jittable. Returns
-    the new features and whether BFGS reported success.
+    L-BFGS (:func:`lbfgs_minimize`) from the current ``kwargs["features"]``, on the
+    mean energy per example (eq. 10 plus any penalty); jittable. Returns the new
+    features (never worse than the current ones) and whether the gradient norm
+    fell to 1e-5 of its starting value within ``max_iterations`` iterations.
     """
     start = kwargs["features"]
     values = {k: v.astype(x.dtype) if k == latent else v
@@ -260,11 +299,9 @@ def binary_m_step(model, x, states, kwargs, *, latent="s", noise=None, max_itera
                                per_example=False)
         return total / num_examples
 
-    result = minimize(objective, start.reshape(-1), method="BFGS",
-                      options={"maxiter": max_iterations})
-    better = result.fun <= objective(start.reshape(-1))
-    features = jnp.where(better, result.x.reshape(start.shape), start)
-    return features, result.success
+    flat, _, converged = lbfgs_minimize(objective, start.reshape(-1),
+                                        max_iterations=max_iterations)
+    return flat.reshape(start.shape), converged
 
 
 #: Largest number of switchable units per set for energy-only exhaustive search.

@@ -16,7 +16,13 @@ from sklearn.datasets import make_blobs
 from inference import associate
 from inference.energy import quadratic_energy
 from inference.gvq import fit_gvq
-from inference.gvq_constraints import associate_sets, binary_m_step, program_energy, search_program
+from inference.gvq_constraints import (
+    associate_sets,
+    binary_m_step,
+    lbfgs_minimize,
+    program_energy,
+    search_program,
+)
 from inference.numpyro_baselines import map_associate
 from ppl_models import gvq
 
@@ -172,6 +178,34 @@ def test_binary_m_step_lowers_the_programs_energy():
     new, _ = binary_m_step(gvq.model, x, states, kwargs)
     after = _eq10(np.asarray(x), np.asarray(new), np.asarray(states), 4.5).mean()
     assert after < 0.8 * before
+
+
+def test_lbfgs_minimize_solves_a_quadratic_and_never_returns_a_worse_point():
+    # An ill-conditioned convex quadratic with a known minimiser.
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.normal(size=(30, 30)))
+    a = jnp.asarray(q @ np.diag(np.logspace(0, 3, 30)) @ q.T, jnp.float32)
+    target = jnp.asarray(rng.normal(size=30), jnp.float32)
+
+    def fun(v):
+        d = v - target
+        return 0.5 * d @ a @ d
+
+    x, value, converged = jax.jit(lambda v: lbfgs_minimize(fun, v, max_iterations=200))(
+        jnp.zeros(30))
+    assert bool(converged)
+    # Converged means |grad| <= 1e-5 |grad at the start|; the smallest curvature is
+    # 1, so the distance to the minimiser is at most that gradient norm.
+    bound = 1e-5 * float(jnp.linalg.norm(a @ target))
+    assert float(jnp.linalg.norm(x - target)) <= bound
+    assert float(value) == pytest.approx(float(fun(x)), abs=1e-6)
+    # A function that is NaN away from the start: the start is kept, not reported converged.
+    def nan_elsewhere(v):
+        return jnp.where(jnp.all(v == 1.0), jnp.sum(v), jnp.nan)
+
+    x, value, converged = lbfgs_minimize(nan_elsewhere, jnp.ones(4), max_iterations=5)
+    np.testing.assert_array_equal(np.asarray(x), np.ones(4))
+    assert float(value) == 4.0 and not bool(converged)
 
 
 def test_binary_em_on_planted_binary_data():
