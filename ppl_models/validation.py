@@ -55,7 +55,10 @@ def check_data(x, name: str = "x", *, dim: int | None = None, min_examples: int 
             f"{name} contains {bad} NaN or infinite value(s); all entries must be finite")
     if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
         return x  # already on the device: no second copy
-    dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else jnp.result_type(float)
+    # float64 data stays float64 only where JAX has 64-bit floats enabled
+    # (canonicalize_dtype), so that numpy's default dtype raises no warning.
+    dtype = (jax.dtypes.canonicalize_dtype(arr.dtype) if np.issubdtype(arr.dtype, np.floating)
+             else jnp.result_type(float))
     return jnp.asarray(arr, dtype=dtype)
 
 
