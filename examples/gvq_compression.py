@@ -22,17 +22,10 @@ against the indices as in the paper, which favours the method with fewer vectors
 * GVQ: one set of n switchable features plus an origin that is always on
   (``fit_gvq(x, n + 1, num_sets=1, method="exact", ...)``, sec. 5.1), 2^n codebook
   vectors. Exact association up to n = 12 (``--max-features`` beyond that uses
-  ``"br+mf"``). *(choice)* The restarts start from data points: the origin is a
-  random segment o and feature i is (x_i - o) / 2 for another random segment x_i,
-  so that every start's single-feature codebook vectors lie half-way to data points
-  and pairs of features, o + (x_i - o)/2 + (x_j - o)/2 = (x_i + x_j)/2, stay inside
-  the data's range. The library's default start (small random features around a
-  random segment, ``--init default``) leaves the features switched off on this
-  image for small n: the switchable features are too weak against the segments'
-  large offsets from the origin to lower any segment's energy, so they are never
-  switched on (measured with ``fit_gvq(..., rng_key=jax.random.key(0),
-  num_restarts=8)``: all restarts for n = 1 and 6 of 8 for n = 2 end as the mean
-  segment, PSNR 9.8 dB; ``--quick --init default`` shows the same for n = 1, 2).
+  ``"br+mf"``). The restarts start as the library draws them
+  (:func:`inference.gvq.initial_set_features`): the origin is a random segment o
+  and each feature starts half-way towards another random segment, so that
+  every start's codebook vectors lie among the data.
 
 **Bit accounting** (sec. 6.2.1), I_g = 8 bits per grey level, 1 kbit = 1000 bits:
 
@@ -66,11 +59,11 @@ range except its lowest point, where n = 1 and K = 2 are the same model (2-means
 and tie; the common range ends at GVQ's n = 12 (39 kbit). Beyond it,
 ``--max-features 16`` switches to ``"br+mf"`` association, and EM with it ends far
 below exact search (n = 14: 19.00 dB at 45 kbit, n = 16: 19.13 dB at 52 kbit,
-against 19.88 dB for n = 12 with exact search; n = 16 takes 3.5 minutes), so
+against 19.87 dB for n = 12 with exact search; n = 16 takes 3.5 minutes), so
 those points measure the association method rather than the model.
 
 Run: ``python examples/gvq_compression.py [--quick] [--output-dir DIR] [--seed S]``
-(about 5 minutes on 2 CPU cores; ``--quick``, about 25 s: VQ with K = 2..32, GVQ
+(about 2 minutes on 2 CPU cores; ``--quick``, about 25 s: VQ with K = 2..32, GVQ
 with n = 1, 2, 4, 8 and fewer restarts). Writes ``gvq_compression_images.png``,
 ``gvq_compression_features.png``, ``gvq_compression_rate_distortion.png`` and
 ``gvq_compression.json`` into ``--output-dir`` (default ``zoo-results``).
@@ -93,6 +86,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from inference.compare import jsonable
 from inference.gvq import fit_gvq
 from inference.gvq_constraints import associate_sets
 from ppl_models.diagnostics import ZooWarning
@@ -241,22 +235,7 @@ def run_vq(x, num_codebook, *, seed, n_init=10):
     }
 
 
-def data_point_starts(rng_key, x, num_features, num_restarts):
-    """Starting features (num_restarts, n + 1, dim): features (x_i - o) / 2, origin o last.
-
-    o and the x_i are n + 1 distinct random segments per restart (see the module
-    docstring for why half-way).
-    """
-    def draw(key):
-        return jax.random.choice(key, x.shape[0], (num_features + 1,), replace=False)
-
-    rows = np.asarray(jax.vmap(draw)(jax.random.split(rng_key, num_restarts)))
-    points = np.asarray(x)[rows]
-    origin = points[:, -1:, :]
-    return np.concatenate([(points[:, :-1] - origin) / 2.0, origin], axis=1)
-
-
-def run_gvq(rng_key, x, num_features, *, num_restarts, num_iterations, init="data"):
+def run_gvq(rng_key, x, num_features, *, num_restarts, num_iterations):
     """GVQ with ``num_features`` switchable features plus an origin (one feature set).
 
     Returns a dict with the fitted features (origin last), the float
@@ -265,16 +244,12 @@ def run_gvq(rng_key, x, num_features, *, num_restarts, num_iterations, init="dat
     counts and EM's convergence flag.
     """
     method = "exact" if num_features <= MAX_EXACT else "br+mf"
-    key_init, key_fit, key_assoc = jax.random.split(rng_key, 3)
-    starts = None
-    if init == "data":
-        starts = data_point_starts(key_init, x, num_features, num_restarts)
+    key_fit, key_assoc = jax.random.split(rng_key)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ZooWarning)
         result = fit_gvq(x, num_features + 1, num_sets=1, method=method, rng_key=key_fit,
-                         num_restarts=num_restarts, num_iterations=num_iterations,
-                         init_features=starts)
+                         num_restarts=num_restarts, num_iterations=num_iterations)
         features = np.asarray(result.features, np.float64)
         quantised = quantise(features)
         states_q, _, _ = associate_sets(quantised.astype(np.float32), x, 1, method=method,
@@ -420,19 +395,6 @@ def _plot(path_images, path_features, path_rd, image, main_vq, main_gvq, vq_runs
     plt.close(fig)
 
 
-def _jsonable(value):
-    """``value`` for ``json.dumps``: arrays (images, reconstructions, features) left out."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items() if not isinstance(v, np.ndarray)}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def main(argv=None):
     """Run the comparison and the rate-distortion sweep; print, plot, write JSON.
 
@@ -454,8 +416,6 @@ def main(argv=None):
                         help=f"largest GVQ n of the sweep (exact up to {MAX_EXACT}, br+mf above)")
     parser.add_argument("--restarts", type=int, default=10,
                         help="GVQ EM restarts (as KMeans' n_init=10)")
-    parser.add_argument("--init", choices=("data", "default"), default="data",
-                        help="GVQ starts: from data points (default) or the library's")
     args = parser.parse_args(argv)
     if args.max_features < 1:
         parser.error(f"--max-features must be >= 1; got {args.max_features}")
@@ -491,15 +451,15 @@ def main(argv=None):
     gvq_runs = []
     for n in ns:
         run = finish(run_gvq(jax.random.fold_in(key, n), x, n, num_restarts=restarts,
-                             num_iterations=iterations, init=args.init))
+                             num_iterations=iterations))
         gvq_runs.append(run)
         for message in run["warnings"]:
             print(f"note: GVQ n = {n}: {message}")
 
     print(f"\nVQ: KMeans, k-means++, n_init=10. GVQ: fit_gvq(num_sets=1), {restarts} restarts, "
-          f"<= {iterations} EM iterations, starts: {args.init}. Bits: 'ours' = 8-bit entries + "
-          "range + indices (GVQ: n + 1 vectors); 'paper' = sec. 6.2.1's formula. PSNR after "
-          "quantising to 8 bits (float entries in brackets).")
+          f"<= {iterations} EM iterations, starts drawn from the data. Bits: 'ours' = 8-bit "
+          "entries + range + indices (GVQ: n + 1 vectors); 'paper' = sec. 6.2.1's formula. "
+          "PSNR after quantising to 8 bits (float entries in brackets).")
     print(f"{'model':>14s} {'N_used':>7s} {'paper kbit':>11s} {'ours kbit':>10s} "
           f"{'PSNR dB':>16s} {'seconds':>8s}")
     for run in vq_runs:
@@ -590,7 +550,7 @@ def main(argv=None):
 
     results = {
         "settings": {"quick": args.quick, "seed": args.seed, "restarts": restarts,
-                     "iterations": iterations, "init": args.init, "vq_n_init": 10,
+                     "iterations": iterations, "vq_n_init": 10,
                      "segment": SEGMENT, "grey_bits": GREY_BITS, "entry_bits": ENTRY_BITS,
                      "range_bits": RANGE_BITS, "tie_db": TIE_DB},
         "image": {"source": "sklearn.datasets.load_sample_image('china.jpg'), BT.601 luma",
@@ -614,7 +574,7 @@ def main(argv=None):
         _plot(paths["images"], paths["features"], paths["rate_distortion"], image, main_vq,
               main_gvq, vq_runs, gvq_runs)
     results["seconds"] = time.perf_counter() - total_start
-    record = _jsonable(results)
+    record = jsonable(results)
     record["gvq_features_main"] = np.round(main_gvq["features"], 4).tolist()
     paths["json"].write_text(json.dumps(record, indent=1))
     results["paths"] = paths
