@@ -82,6 +82,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import associate, fit_gvq  # noqa: E402
+from inference.compare import jsonable  # noqa: E402
 from inference.gvq import initial_features  # noqa: E402
 from inference.numpyro_baselines import fit_gvq_svi  # noqa: E402
 from ppl_models import gvq  # noqa: E402
@@ -492,15 +493,9 @@ def main(argv=None) -> dict:
         "seconds": elapsed,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(output, indent=2, default=_json_default) + "\n")
+    args.output.write_text(json.dumps(jsonable(output, keep_arrays=True), indent=2) + "\n")
     print(f"wrote {args.output}")
     return output
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import numpy as np
 from ppl_models.diagnostics import ZooWarning
 
 __all__ = [
+    "jsonable",
     "ComparisonRow",
     "ComparisonResult",
     "COMPARISONS",
@@ -208,6 +209,28 @@ def save_comparison(result: ComparisonResult, output_dir: str | Path) -> dict[st
             paths["png"] = output_dir / f"{result.model}_comparison.png"
             result.plot(result, paths["png"])
     return paths
+
+
+def jsonable(value, *, keep_arrays: bool = False):
+    """``value`` made ready for ``json.dumps`` (examples and benchmarks write their results).
+
+    Dicts (keys made strings), lists and tuples are converted item by item; numpy
+    scalars become Python numbers; non-finite floats become ``None`` (JSON has no
+    NaN). Arrays (numpy or JAX) become nested lists with ``keep_arrays=True`` and
+    are otherwise left out of dicts (images, reconstructions: the figures show them).
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, keep_arrays=keep_arrays) for k, v in value.items()
+                if keep_arrays or not isinstance(v, np.ndarray | jax.Array)}
+    if isinstance(value, list | tuple):
+        return [jsonable(v, keep_arrays=keep_arrays) for v in value]
+    if isinstance(value, np.ndarray | jax.Array):
+        return jsonable(np.asarray(value).tolist()) if keep_arrays else None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _json_default(value):

@@ -5,9 +5,7 @@ full method set spends most of a minute compiling, which the example's own
 ``--quick`` run covers outside the test suite.
 """
 
-import importlib.util
 import math
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -17,20 +15,13 @@ import inference.compare_gvq_association  # noqa: F401  (registers "gvq-associat
 from inference import association
 from inference.compare import run_comparison, save_comparison
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VERDICTS = {"holds", "partly", "does not hold", "not checked", "information"}
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
-def example():
-    return load("gvq_association")
+def example(load_example):
+    return load_example("gvq_association")
 
 
 def test_gvq_association_quick(example, tmp_path, capsys, monkeypatch):

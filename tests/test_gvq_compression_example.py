@@ -5,40 +5,23 @@ folder; the other tests check its helpers (segments, quantisation, bit accountin
 the rate-distortion comparison) against hand computations.
 """
 
-import contextlib
-import importlib.util
-import io
 import json
 import math
 from itertools import product
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def example(load_example):
+    return load_example("gvq_compression")
 
 
 @pytest.fixture(scope="module")
-def example():
-    return load("gvq_compression")
-
-
-@pytest.fixture(scope="module")
-def quick_run(example, tmp_path_factory):
+def quick_run(example, run_example, tmp_path_factory):
     out = tmp_path_factory.mktemp("gvq_compression")
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        results = example.main(["--quick", "--output-dir", str(out), "--seed", "0"])
-    results["printed"] = printed.getvalue()
-    return out, results
+    return out, run_example(example, ["--quick", "--output-dir", str(out), "--seed", "0"])
 
 
 def test_files_written(quick_run):
