@@ -21,3 +21,7 @@ __all__ = [
 from inference.gvq import GVQResult, fit_gvq  # noqa: E402
 
 __all__ += ["GVQResult", "fit_gvq"]
+
+from inference.clipped_gaussian import ClippedGaussianFit, fit_clipped_gaussian  # noqa: E402
+
+__all__ += ["ClippedGaussianFit", "fit_clipped_gaussian"]

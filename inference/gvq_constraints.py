@@ -16,7 +16,7 @@
   exhaustive, 2^units states per example: the sets of the paper's digits run
   have 4 switchable units), and the M-step minimises the program's total
   energy over the unconstrained features F_hat with L-BFGS
-  (``optax.lbfgs``, :func:`binary_m_step`).
+  (``optax.lbfgs`` via :func:`inference.optimize.lbfgs_minimize`; :func:`binary_m_step`).
 
 A quasi-Newton method rather than a first-order one: the M-step is a smooth,
 deterministic, full-batch problem of a few thousand parameters, which is what
@@ -38,7 +38,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import optax
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
@@ -50,10 +49,11 @@ from inference.association import (
     association_problem,
 )
 from inference.handlers import noiseless, observation_noise
+from inference.optimize import lbfgs_minimize
 from ppl_models import gvq
 
 __all__ = ["in_set", "search_program", "associate_sets", "associate_states", "binary_m_step",
-           "lbfgs_minimize", "program_energy"]
+           "program_energy"]
 
 
 @functools.cache
@@ -243,41 +243,6 @@ def _latent_values(states, kwargs, latent):
         return {latent: states}
     sets, units = gvq.set_units(states, num_sets)
     return {latent: units, "set": sets}
-
-
-def lbfgs_minimize(fun, x0, *, max_iterations, tol=1e-5, memory_size=10):
-    """Minimise ``fun`` from the flat array ``x0`` by L-BFGS (``optax.lbfgs``); jittable.
-
-    Stops after ``max_iterations`` iterations or once the gradient's Euclidean norm
-    is below ``tol`` times its norm at ``x0`` (relative, so that the criterion is
-    reachable in float32 whatever the objective's scale). Returns
-    ``(x, value, converged)``, ``converged`` meaning the gradient criterion was
-    met. The returned point is never worse than ``x0``.
-    """
-    threshold = tol * jnp.linalg.norm(jax.grad(fun)(x0))
-    optimizer = optax.lbfgs(memory_size=memory_size)
-    value_and_grad = optax.value_and_grad_from_state(fun)
-
-    def step(carry):
-        params, state = carry
-        value, grad = value_and_grad(params, state=state)
-        updates, state = optimizer.update(grad, state, params, value=value, grad=grad,
-                                          value_fn=fun)
-        return optax.apply_updates(params, updates), state
-
-    def gradient_norm(state):
-        return optax.tree.norm(optax.tree.get(state, "grad"))
-
-    def running(carry):
-        _, state = carry
-        count = optax.tree.get(state, "count")
-        return (count == 0) | ((count < max_iterations) & (gradient_norm(state) > threshold))
-
-    x, state = jax.lax.while_loop(running, step, (x0, optimizer.init(x0)))
-    start_value, value = fun(x0), fun(x)
-    better = value <= start_value  # also False for a NaN value
-    return (jnp.where(better, x, x0), jnp.where(better, value, start_value),
-            better & (gradient_norm(state) <= threshold))
 
 
 def binary_m_step(model, x, states, kwargs, *, latent="s", noise=None, max_iterations=50):

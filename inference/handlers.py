@@ -24,8 +24,11 @@ The two messengers here express both without editing a model:
     unobserved Gaussian site returns its mean: x = loc, the deterministic model.
 
 Observed Gaussian sites are ``Normal`` distributions, possibly wrapped in
-``to_event``, ``expand`` or ``mask``. Pass ``sites=`` to restrict a handler to
-named sites; a named site that is not Gaussian is an error.
+``to_event``, ``expand`` or ``mask``, and clipped Gaussians
+(``ppl_models.distributions.ClippedNormal``, s = sign(x) with x Gaussian), whose
+``scale`` is the noise of the x they clip: under ``noiseless`` they become
+``NoiselessClip`` (score -min(0, s loc)^2, sample sign(loc): the deterministic clip).
+Pass ``sites=`` to restrict a handler to named sites; a named site that is not Gaussian is an error.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
 
+from ppl_models.distributions import ClippedNormal, NoiselessClip
 from ppl_models.validation import is_traced
 
 __all__ = ["observation_noise", "noiseless", "NoiselessGaussian", "map_gaussian"]
@@ -81,10 +85,17 @@ def map_gaussian(fn: dist.Distribution, leaf: Callable[[dist.Normal], dist.Distr
 
     Unwraps ``Independent`` (``to_event``), ``ExpandedDistribution`` (``expand``)
     and ``MaskedDistribution`` (``mask``), and rewraps the result the same way.
+    A ``ClippedNormal`` is the clip of a ``Normal``: ``leaf`` acts on that Normal and
+    the result is clipped again (a ``NoiselessGaussian`` becomes a ``NoiselessClip``).
     Returns ``None`` when ``fn`` has no ``Normal`` core.
     """
     if isinstance(fn, dist.Normal):
         return leaf(fn)
+    if isinstance(fn, ClippedNormal):
+        inner = leaf(dist.Normal(fn.loc, fn.scale))
+        if isinstance(inner, NoiselessGaussian):
+            return NoiselessClip(inner.loc)
+        return ClippedNormal(inner.loc, inner.scale)
     if isinstance(fn, dist.Independent):
         inner = map_gaussian(fn.base_dist, leaf)
         return None if inner is None else dist.Independent(inner, fn.reinterpreted_batch_ndims)
@@ -102,8 +113,11 @@ def _expand(fn, batch_shape):
     if isinstance(fn, dist.Normal):
         return dist.Normal(jnp.broadcast_to(fn.loc, batch_shape),
                            jnp.broadcast_to(fn.scale, batch_shape))
-    if isinstance(fn, NoiselessGaussian):
-        return NoiselessGaussian(jnp.broadcast_to(fn.loc, batch_shape))
+    if isinstance(fn, ClippedNormal):
+        return ClippedNormal(jnp.broadcast_to(fn.loc, batch_shape),
+                             jnp.broadcast_to(fn.scale, batch_shape))
+    if isinstance(fn, NoiselessGaussian | NoiselessClip):
+        return type(fn)(jnp.broadcast_to(fn.loc, batch_shape))
     return fn.expand(batch_shape)
 
 

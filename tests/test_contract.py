@@ -10,11 +10,17 @@ from numpyro.infer.util import log_density
 from inference.handlers import noiseless, observation_noise
 from ppl_models import REGISTRY
 
-# Per model: generator arguments and the program's keyword arguments for fixed parameters.
+# Per model: generator arguments, the observed data in what the generator returns, and
+# the program's keyword arguments for fixed parameters and for sampling unobserved.
 SETTINGS = {
     "gvq": dict(generate=dict(num_examples=5, num_features=3, dim=4),
+                data=lambda data: data.x,
                 fixed=lambda data: {"features": data.features},
                 unobserved=lambda data: {"num_examples": data.x.shape[0]}),
+    "clipped": dict(generate=dict(num_examples=5, num_visible=6, num_hidden=2),
+                    data=lambda data: data.s,
+                    fixed=lambda data: {"weights": data.weights, "bias": data.bias},
+                    unobserved=lambda data: {"num_examples": data.s.shape[0]}),
 }
 
 
@@ -27,7 +33,7 @@ def test_program_contract(name):
     info = REGISTRY[name]
     settings = SETTINGS[name]
     data = info.generate(jax.random.key(0), **settings["generate"])
-    x = data.x
+    x = settings["data"](data)
     assert np.all(np.isfinite(np.asarray(x)))
     kwargs = settings["fixed"](data)
     tr = handlers.trace(handlers.seed(info.model, 1)).get_trace(x, **kwargs)
