@@ -43,7 +43,12 @@ from numpyro.infer.util import log_density
 
 from inference.handlers import noiseless
 from inference.optimize import lbfgs_minimize
-from inference.orthant import nearest_correlation, pair_second_moment, solve_pair_correlations
+from inference.orthant import (
+    nearest_correlation,
+    pair_density,
+    pair_second_moment,
+    solve_pair_correlations,
+)
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive, check_positive_int
@@ -78,6 +83,13 @@ class ClippedGaussianFit(NamedTuple):
         -NEGATIVE_TOLERANCE times its largest.
     min_eigenvalue : float
         Smallest eigenvalue of C_xx before any projection.
+    eigenvalue_noise : float
+        How far sampling noise alone moves the eigenvalues of C_xx: 2 sqrt(N) times
+        the root mean square standard error of its entries (the spectral norm of
+        a symmetric random matrix with such entries; standard errors by the delta
+        method through eq. 7 or eq. 10, as if the patterns were independent
+        draws). A low-rank C_xx estimated from samples always has small negative
+        eigenvalues; only those below -eigenvalue_noise are warned about.
     projected : bool
         Whether C_xx was replaced by the nearest correlation matrix.
     num_boundary_pairs : int
@@ -96,6 +108,7 @@ class ClippedGaussianFit(NamedTuple):
     means: jax.Array
     has_negative_eigenvalues: bool
     min_eigenvalue: float
+    eigenvalue_noise: float
     projected: bool
     num_boundary_pairs: int
     constant_columns: np.ndarray
@@ -144,9 +157,10 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     Warns
     -----
     NumericalWarning
-        When C_xx has negative eigenvalues (the model cannot represent the data's
-        correlations), or fewer than ``num_hidden`` positive ones (W then has
-        zero columns).
+        When C_xx has negative eigenvalues beyond what sampling noise explains
+        (``eigenvalue_noise``: the model cannot represent the data's
+        correlations; smaller ones only set ``has_negative_eigenvalues``), or fewer
+        than ``num_hidden`` positive ones (W then has zero columns).
 
     References
     ----------
@@ -194,17 +208,21 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
             xi = means64
             corr = jnp.sin(0.5 * math.pi * second64)
             num_boundary = 0
+        noise_scale = _eigenvalue_noise(corr, second64, xi, num_examples, constant, bias)
         eigenvalues, eigenvectors = jnp.linalg.eigh(corr)
         eigenvalues, eigenvectors = eigenvalues[::-1], eigenvectors[:, ::-1]
         largest = float(jnp.max(jnp.abs(eigenvalues)))
         min_eigenvalue = float(eigenvalues[-1])
         negative = min_eigenvalue < -NEGATIVE_TOLERANCE * largest
+        significant = negative and min_eigenvalue < -noise_scale
         projected = False
         if negative:
             num_negative = int(jnp.sum(eigenvalues < -NEGATIVE_TOLERANCE * largest))
             message = (f"fit_clipped_gaussian: the Gaussian correlation matrix C_xx has "
                        f"{num_negative} negative eigenvalue(s) (smallest {min_eigenvalue:.3g}, "
-                       f"largest {largest:.3g}): no clipped Gaussian matches these correlations")
+                       f"largest {largest:.3g}), beyond the sampling noise of "
+                       f"{num_examples} patterns (about {noise_scale:.2g}): no clipped Gaussian "
+                       "matches these correlations")
             if project:
                 corr, _, converged = nearest_correlation(corr)
                 eigenvalues, eigenvectors = jnp.linalg.eigh(corr)
@@ -213,9 +231,11 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
                 message += "; projected to the nearest correlation matrix"
                 if not bool(converged):
                     message += " (the projection did not converge)"
+                    significant = True
             else:
                 message += "; project=True uses the nearest correlation matrix instead"
-            warnings.warn(message, NumericalWarning, stacklevel=2)
+            if significant:
+                warnings.warn(message, NumericalWarning, stacklevel=2)
         leading = eigenvalues[:num_hidden]
         num_positive = int(jnp.sum(leading > NEGATIVE_TOLERANCE * largest))
         if num_positive < num_hidden:
@@ -230,8 +250,27 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     return ClippedGaussianFit(
         **{name: jnp.asarray(value, dtype) for name, value in arrays.items()},
         has_negative_eigenvalues=bool(negative), min_eigenvalue=min_eigenvalue,
+        eigenvalue_noise=noise_scale,
         projected=projected, num_boundary_pairs=num_boundary, constant_columns=constant,
         num_examples=int(num_examples))
+
+
+def _eigenvalue_noise(corr, second, xi, num_examples, constant, bias):
+    """Sampling-noise scale of the eigenvalues of C_xx (see ``ClippedGaussianFit``)."""
+    num_units = corr.shape[0]
+    if num_units < 2:
+        return 0.0
+    rows, cols = np.triu_indices(num_units, k=1)
+    t = second[rows, cols]
+    se_t = jnp.sqrt(jnp.maximum(1.0 - t * t, 1.0 / num_examples) / num_examples)
+    if bias:
+        slope = 4.0 * pair_density(xi[rows], xi[cols], corr[rows, cols])
+        se = jnp.minimum(se_t / jnp.maximum(slope, 1e-300), 2.0)
+    else:
+        se = se_t * 0.5 * math.pi * jnp.cos(0.5 * math.pi * t)
+    if constant.size:
+        se = jnp.where(jnp.asarray(np.isin(rows, constant) | np.isin(cols, constant)), 0.0, se)
+    return float(2.0 * jnp.sqrt(num_units * jnp.mean(se * se)))
 
 
 def program_parameters(fit: ClippedGaussianFit, noise: float = clipped_gaussian.DEFAULT_NOISE):

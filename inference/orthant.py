@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
-__all__ = ["bivariate_normal_cdf", "pair_second_moment", "solve_pair_correlations",
+__all__ = ["bivariate_normal_cdf", "pair_density", "pair_second_moment", "solve_pair_correlations",
            "nearest_correlation", "NUM_NODES"]
 
 #: Gauss-Legendre nodes of both Phi2 quadratures (Genz uses 20 for |rho| > 0.75).
@@ -92,15 +92,18 @@ def _upper_orthant(h, k, r):
     negative = -big + jnp.where(kk > h, jnp.where(h < 0, ndtr(kk) - ndtr(h),
                                                   ndtr(-h) - ndtr(-kk)), 0.0)
     near_one = jnp.where(r > 0, positive, negative)
-    return jnp.where(jnp.abs(r) < 0.925, small, near_one)
+    # |r| = 1 exactly: u_b = +-u_a, a one-dimensional probability.
+    at_one = jnp.where(r > 0, ndtr(-jnp.maximum(h, k)), jnp.maximum(ndtr(-k) - ndtr(h), 0.0))
+    return jnp.where(jnp.abs(r) < 0.925, small, jnp.where(jnp.abs(r) == 1.0, at_one, near_one))
 
 
 def bivariate_normal_cdf(h, k, rho):
     """Phi2(h, k; rho) = P(u_a < h, u_b < k) for standard normals with correlation rho.
 
     Broadcasts ``h``, ``k`` and ``rho`` (rho in [-1, 1]) and computes in their
-    common float dtype: float64 (under ``jax.enable_x64``) is accurate to 1e-14,
-    float32 to a few 1e-7.
+    common float dtype: float64 (under ``jax.enable_x64``) is accurate to 1e-14;
+    float32 to about 1e-6 for |rho| <= 0.999 (closer to +-1, 1 - rho^2 itself
+    loses its digits in float32: use float64 there).
 
     >>> import jax.numpy as jnp
     >>> round(float(bivariate_normal_cdf(0.0, 0.0, 0.5)), 6)  # 1/4 + asin(1/2) / (2 pi)
@@ -112,7 +115,7 @@ def bivariate_normal_cdf(h, k, rho):
     return _upper_orthant(-h, -k, rho)
 
 
-def _pair_density(h, k, rho):
+def pair_density(h, k, rho):
     """phi2(h, k; rho), the derivative of Phi2 in rho."""
     one_minus = jnp.maximum(1.0 - rho * rho, jnp.finfo(jnp.result_type(rho)).tiny)
     exponent = -(h * h - 2.0 * rho * h * k + k * k) / (2.0 * one_minus)
@@ -156,7 +159,7 @@ def _iterate(h, k, target, rho, low, high, tol, max_iterations):
         value = pair_second_moment(h, k, rho) - target
         low = jnp.where(value < 0, rho, low)
         high = jnp.where(value >= 0, rho, high)
-        slope = 4.0 * _pair_density(h, k, rho)
+        slope = 4.0 * pair_density(h, k, rho)
         newton = rho - value / jnp.where(slope > 0, slope, 1.0)
         inside = (slope > 0) & (newton > low) & (newton < high)
         settled = jnp.abs(value) <= moment_tol
