@@ -71,7 +71,8 @@ class ClippedGaussianFit(NamedTuple):
     bias : array (N,)
         xi, in units of the Gaussian's standard deviation (zeros with ``bias=False``).
     gaussian_corr : array (N, N)
-        C_xx, unit diagonal (after projection when ``projected``).
+        C_xx, unit diagonal (after projection when ``projected``); rows and
+        columns of constant units are zero (``constant_columns="independent"``).
     eigenvalues : array (N,)
         Eigenvalues of ``gaussian_corr``, largest first.
     binary_corr : array (N, N)
@@ -143,8 +144,9 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
         A unit with the same value in every pattern has an infinite bias
         (<s_a> = +-1). ``"error"`` raises; ``"independent"`` keeps it with the
         mean clipped to +-(1 - 1/num_examples) (a finite bias: the unit is +-1
-        with probability 1 - 1/(2 num_examples)) and no correlation with any
-        other unit (its C_xx row is that of the identity).
+        with probability 1 - 1/(2 num_examples)) and no part in C_xx: its row
+        and column there are zero (diagonal included), so it adds no eigenvalue
+        and W has a zero row for it; the unit is set by its bias alone.
     tol : float
         Tolerance of the pairwise solve in rho.
     chunk_size : int
@@ -198,7 +200,8 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
                 rho = jnp.where(jnp.asarray(free), rho, 0.0)
                 boundary = boundary & jnp.asarray(free)
             corr = jnp.zeros((num_units, num_units), jnp.float64).at[rows, cols].set(rho)
-            corr = corr + corr.T + jnp.eye(num_units, dtype=jnp.float64)
+            corr = corr + corr.T + jnp.diag(jnp.asarray(
+                np.where(np.isin(np.arange(num_units), constant), 0.0, 1.0)))
             num_boundary = int(jnp.sum(boundary))
             if unsolved:
                 warnings.warn(f"fit_clipped_gaussian: {unsolved} pair(s) did not reach tol={tol} "
@@ -223,8 +226,10 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
                        f"largest {largest:.3g}), beyond the sampling noise of "
                        f"{num_examples} patterns (about {noise_scale:.2g}): no clipped Gaussian "
                        "matches these correlations")
-            if project:
-                corr, _, converged = nearest_correlation(corr)
+            if project:  # over the units that take part (constant ones stay zero)
+                free = np.flatnonzero(~np.isin(np.arange(num_units), constant))
+                block, _, converged = nearest_correlation(corr[np.ix_(free, free)])
+                corr = jnp.zeros_like(corr).at[np.ix_(free, free)].set(block)
                 eigenvalues, eigenvectors = jnp.linalg.eigh(corr)
                 eigenvalues, eigenvectors = eigenvalues[::-1], eigenvectors[:, ::-1]
                 projected = True
