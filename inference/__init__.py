@@ -25,3 +25,7 @@ __all__ += ["GVQResult", "fit_gvq"]
 from inference.clipped_gaussian import ClippedGaussianFit, fit_clipped_gaussian  # noqa: E402
 
 __all__ += ["ClippedGaussianFit", "fit_clipped_gaussian"]
+
+from inference.mixture import MixtureResult, fit_mixture  # noqa: E402
+
+__all__ += ["MixtureResult", "fit_mixture"]

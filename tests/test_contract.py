@@ -21,6 +21,12 @@ SETTINGS = {
                     data=lambda data: data.s,
                     fixed=lambda data: {"weights": data.weights, "bias": data.bias},
                     unobserved=lambda data: {"num_examples": data.s.shape[0]}),
+    # Spherical covariances: a Normal core, so the noise handlers apply (k-means limit).
+    "mixture": dict(generate=dict(num_examples=6, num_components=2, dim=3),
+                    data=lambda data: data.x,
+                    fixed=lambda data: {"weights": data.weights, "means": data.means,
+                                        "scales": jnp.ones(2), "covariance": "spherical"},
+                    unobserved=lambda data: {"num_examples": data.x.shape[0]}),
 }
 
 
