@@ -19,11 +19,11 @@ from inference.gvq import fit_gvq
 from inference.gvq_constraints import (
     associate_sets,
     binary_m_step,
-    lbfgs_minimize,
     program_energy,
     search_program,
 )
 from inference.numpyro_baselines import map_associate
+from inference.optimize import lbfgs_minimize
 from ppl_models import gvq
 
 

@@ -135,17 +135,27 @@ def test_mcmc_progress_bar_counts_every_iteration_and_changes_nothing(
 def test_mcmc_vectorized_chains(tiny, least_squares, two_permuted_chains, progress_updates):
     """Chains under vmap: the same algorithm, compiled differently.
 
-    Rounding differences grow along a chain (the second one here drifts apart
-    after some iterations), so the draws are compared at the start of the first
-    chain only, and the posterior summary to the sequential run's tolerance.
+    Rounding differs between the two compilations and NUTS amplifies it (a tree
+    doubling decided the other way sends a chain elsewhere within a few draws), so
+    the runs are compared as samplers of one posterior, not draw by draw: both
+    aligned on the sequential run's pivot, their posterior means agree within
+    4 Monte Carlo standard errors of a difference (posterior sd 0.042, >= 30
+    effective draws per run: 4 * 0.042 * sqrt(2 / 30) = 0.044) and their spreads
+    within a third.
     """
     result = fit_gvq_mcmc(tiny.x, 3, rng_key=jax.random.key(0), num_chains=2,
                           init_features=_permuted_starts(tiny), chain_method="vectorized",
                           progress_bar=True, **CHAIN)
     assert sum(progress_updates) == 2 * 200
-    np.testing.assert_allclose(np.asarray(result.samples)[0, :20],
-                               np.asarray(two_permuted_chains.samples)[0, :20], atol=1e-3)
+    assert result.samples.shape == two_permuted_chains.samples.shape
     assert float(np.max(result.r_hat)) < 1.1 and result.num_relabelled >= 100
+    assert float(np.min(result.ess)) > 30
+    pivot = two_permuted_chains.best_features
+    vectorized, _ = relabel_samples(np.asarray(result.samples), pivot)
+    sequential, _ = relabel_samples(np.asarray(two_permuted_chains.samples), pivot)
+    assert np.max(np.abs(vectorized.mean(axis=(0, 1)) - sequential.mean(axis=(0, 1)))) < 0.044
+    spread_ratio = np.mean(vectorized.std(axis=(0, 1))) / np.mean(sequential.std(axis=(0, 1)))
+    assert 0.67 < spread_ratio < 1.5
     assert match_features(result.features, least_squares[0])[1] < 0.03
 
 
