@@ -244,6 +244,7 @@ def _json_default(value):
 def _load_comparisons():
     """Import the modules that register comparisons (each model family adds one)."""
     from inference import (
+        compare_clipped,  # noqa: F401
         compare_gvq,  # noqa: F401
         compare_gvq_association,  # noqa: F401
         compare_gvq_learning,  # noqa: F401

@@ -188,6 +188,21 @@ def _chunked(fn, arrays, chunk_size):
 _FIRST_PHASE = 8
 
 
+@functools.partial(jax.jit, static_argnames=("num_iterations", "chunk_size"))
+def _first_phase(h, k, target, tol, num_iterations, chunk_size):
+    """:func:`_prepare`, then ``num_iterations`` for every pair, chunk by chunk.
+
+    Jitted as a whole (compiled once per number of pairs and chunk size) so that
+    repeated solves do not re-trace the chunked loop.
+    """
+    target, start, below, above = _prepare(h, k, target)
+    ones = jnp.ones_like(start)
+    rho, low, high, done, _ = _chunked(
+        lambda *a: _iterate(*a, tol, max_iterations=num_iterations),
+        (h, k, target, start, -ones, ones), chunk_size)
+    return target, rho, low, high, done, below, above
+
+
 def solve_pair_correlations(h, k, target, *, tol=1e-10, max_iterations=100, chunk_size=65536):
     """rho with 4 Phi2(h, k; rho) - 2 Phi(h) - 2 Phi(k) + 1 = target, for every pair.
 
@@ -225,12 +240,9 @@ def solve_pair_correlations(h, k, target, *, tol=1e-10, max_iterations=100, chun
     if num_pairs == 0:
         return target, jnp.zeros(0, bool), 0
     chunk_size = max(1, min(int(chunk_size), num_pairs))
-    target, start, below, above = _prepare(h, k, target)
-    ones = jnp.ones_like(start)
     first = min(_FIRST_PHASE, max_iterations)
-    rho, low, high, done, _ = _chunked(
-        lambda *a: _iterate(*a, tol, max_iterations=first), (h, k, target, start, -ones, ones),
-        chunk_size)
+    target, rho, low, high, done, below, above = _first_phase(
+        h, k, target, tol, num_iterations=first, chunk_size=chunk_size)
     rest = np.flatnonzero(~np.asarray(done))
     if rest.size and max_iterations > first:
         size = 1 << int(np.ceil(np.log2(rest.size)))  # few distinct shapes to compile
