@@ -29,3 +29,7 @@ __all__ += ["ClippedGaussianFit", "fit_clipped_gaussian"]
 from inference.mixture import MixtureResult, fit_mixture  # noqa: E402
 
 __all__ += ["MixtureResult", "fit_mixture"]
+
+from inference.mixture_selection import compare_criteria, select_num_components  # noqa: E402
+
+__all__ += ["compare_criteria", "select_num_components"]

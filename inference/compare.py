@@ -248,4 +248,5 @@ def _load_comparisons():
         compare_gvq,  # noqa: F401
         compare_gvq_association,  # noqa: F401
         compare_gvq_learning,  # noqa: F401
+        compare_mixture,  # noqa: F401
     )

@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 
@@ -30,3 +32,16 @@ def test_clipped_gaussian_tour_runs():
     # Fitted on 2000 patterns, scored on 2000 others: within a few times the floor.
     assert score["corr_rmse"] < 4 * score["noise_floor_corr"]
     assert namespace["frames"].shape == (8, 20)
+
+
+@pytest.mark.slow  # about a minute of compilations (every candidate k, every mode)
+def test_mixture_tour_runs():
+    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tour = next(t for t in tours if "fit_mixture" in t)
+    namespace = {}
+    exec(compile(tour, "README.md", "exec"), namespace)
+    # The three limits order as the paper states, and J chooses the planted 4 clusters.
+    em, hard, kmeans = namespace["em"], namespace["hard"], namespace["kmeans"]
+    assert em.L_stocha <= hard.L_map <= kmeans.L_NN
+    assert namespace["choice"].choice == 4
+    assert namespace["svi"].log_likelihood <= -em.L_stocha + 1e-3
