@@ -61,6 +61,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from numpyro import handlers
 
 from inference.handlers import noiseless
@@ -134,6 +135,48 @@ def _program_kwargs(weights, means, covariances, covariance):
     return {"weights": weights, "means": means, "scales": jnp.sqrt(variances)}
 
 
+#: Rows of x per block when a component density is evaluated for every example.
+_BLOCK = 2048
+
+
+def _blocked_log_prob(fn, x, k):
+    """``fn.log_prob(x)`` of the traced site ``x``, (k, N), a block of examples at a time.
+
+    The site's distribution is the plate's expansion (batch (k, N)) of one density
+    per component (batch (k, 1)); evaluating the expansion at once would build
+    (k, N, d) intermediates (memory-bound at large N), so the per-component base
+    density is evaluated on blocks of ``_BLOCK`` rows instead. A full-covariance
+    Gaussian goes through its precision Cholesky factors P_y = L_y^-1:
+    ||P_y (x_i - m_y)||^2 for every y is one matmul x_i @ [P_1^T ... P_k^T] (as
+    scikit-learn does per component), where NumPyro's own ``log_prob`` would solve
+    a triangular system per example and component.
+    """
+    base = fn
+    while isinstance(base, dist.ExpandedDistribution):
+        base = base.base_dist
+    if base.batch_shape != (k, 1):  # not the one-density-per-component layout
+        return fn.log_prob(x)
+    batch_size = min(_BLOCK, x.shape[0])
+    if type(base) is dist.MultivariateNormal:
+        dim = x.shape[-1]
+        loc = jnp.broadcast_to(base.loc, (k, 1, dim)).reshape(k, dim)
+        scale_tril = jnp.broadcast_to(base.scale_tril, (k, 1, dim, dim)).reshape(k, dim, dim)
+        eye = jnp.broadcast_to(jnp.eye(dim, dtype=scale_tril.dtype), scale_tril.shape)
+        precision_tril = jax.scipy.linalg.solve_triangular(scale_tril, eye, lower=True)
+        whiten = jnp.transpose(precision_tril, (2, 0, 1)).reshape(dim, k * dim)
+        shift = jnp.einsum("yij,yj->yi", precision_tril, loc)
+
+        def mahalanobis(row):  # (d,) -> (k,); lax.map vmaps it over blocks of rows
+            white = (row @ whiten).reshape(k, dim) - shift
+            return jnp.sum(white * white, axis=-1)
+
+        squared = jax.lax.map(mahalanobis, x, batch_size=batch_size)
+        half_log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(scale_tril, axis1=-2, axis2=-1))),
+                               axis=-1)
+        return (-0.5 * squared - half_log_det - 0.5 * dim * math.log(2 * math.pi)).T
+    return jax.lax.map(lambda row: base.log_prob(row)[:, 0], x, batch_size=batch_size).T
+
+
 def component_log_joint(x, weights, means, covariances, *, covariance="full", model=None,
                         limit=False):
     """log alpha_y + log N(x_i; m_y, Sigma_y) for every example and component, (N, k).
@@ -150,33 +193,7 @@ def component_log_joint(x, weights, means, covariances, *, covariance="full", mo
     trace = handlers.trace(program).get_trace(
         x, covariance=covariance, **_program_kwargs(weights, means, covariances, covariance))
     site_x, site_y = trace["x"], trace["y"]
-    fn = site_x["fn"]
-    from numpyro.distributions import MultivariateNormal
-
-    if type(fn) is MultivariateNormal and fn.batch_shape == (k, 1):
-        # The traced site's own density, evaluated through its precision Cholesky
-        # factors P_y = L_y^-1: ||P_y (x_i - m_y)||^2 for every y is one matmul
-        # x_i @ [P_1^T ... P_k^T] (as scikit-learn does per component), run on blocks
-        # of 2048 examples so the (block, k d) product stays in cache; NumPyro's
-        # log_prob would solve with the (k, d, N) centred data instead (10x slower).
-        dim = x.shape[-1]
-        loc = jnp.broadcast_to(fn.loc, (k, 1, dim)).reshape(k, dim)
-        scale_tril = jnp.broadcast_to(fn.scale_tril, (k, 1, dim, dim)).reshape(k, dim, dim)
-        eye = jnp.broadcast_to(jnp.eye(dim, dtype=scale_tril.dtype), scale_tril.shape)
-        precision_tril = jax.scipy.linalg.solve_triangular(scale_tril, eye, lower=True)
-        whiten = jnp.transpose(precision_tril, (2, 0, 1)).reshape(dim, k * dim)
-        shift = jnp.einsum("yij,yj->yi", precision_tril, loc)
-
-        def mahalanobis(row):  # (d,) -> (k,); lax.map vmaps it over blocks of rows
-            white = (row @ whiten).reshape(k, dim) - shift
-            return jnp.sum(white * white, axis=-1)
-
-        squared = jax.lax.map(mahalanobis, x, batch_size=min(2048, x.shape[0]))
-        half_log_det = jnp.sum(jnp.log(jnp.abs(jnp.diagonal(scale_tril, axis1=-2, axis2=-1))),
-                               axis=-1)
-        log_joint = (-0.5 * squared - half_log_det - 0.5 * dim * math.log(2 * math.pi)).T
-    else:
-        log_joint = fn.log_prob(x)
+    log_joint = _blocked_log_prob(site_x["fn"], x, k)
     if site_x["scale"] is not None:
         log_joint = site_x["scale"] * log_joint
     if not limit:
@@ -269,6 +286,29 @@ def _m_step(x, resp, state, mode, covariance, reg_covar, prune, min_count, varia
     return _State(weights, jnp.where(active[:, None], means, state.means), cov, active)
 
 
+def _bucket(k):
+    """The compiled number of components for ``k``: a power of two up to 16, else k.
+
+    A fit with k components runs as one of this many, the rest inactive from the
+    start (the state pruning leaves behind: zero weight, no responsibility), so
+    that fits over a range of k, as in model selection, share a few compilations.
+    """
+    return 1 << (k - 1).bit_length() if k <= 16 else k
+
+
+def _pad(state):
+    """Append inactive components to ``state`` up to ``_bucket(k)``."""
+    k, dim = state.means.shape
+    extra = _bucket(k) - k
+    if not extra:
+        return state
+    eye = jnp.broadcast_to(jnp.eye(dim, dtype=state.means.dtype), (extra, dim, dim))
+    return _State(jnp.concatenate([state.weights, jnp.zeros(extra, state.weights.dtype)]),
+                  jnp.concatenate([state.means, jnp.broadcast_to(state.means[:1], (extra, dim))]),
+                  jnp.concatenate([state.covariances, eye]),
+                  jnp.concatenate([state.active, jnp.zeros(extra, bool)]))
+
+
 @functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune"))
 def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
          covariance,
@@ -299,7 +339,13 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
 
 def criteria(x, weights, means, covariances, covariance="full"):
     """L_stocha, L_map, L_NN and J of a mixture on data x (module docstring), as floats."""
-    x = jnp.asarray(x)
+    values, _, _ = _criteria(jnp.asarray(x), weights, means, covariances, covariance)
+    return {name: float(value) for name, value in values.items()}
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _criteria(x, weights, means, covariances, covariance):
+    """:func:`criteria` as arrays, with the MAP labels and the nearest-mean labels."""
     num, dim = x.shape
     k = means.shape[0]
     log_joint = component_log_joint(x, weights, means, covariances, covariance=covariance)
@@ -309,13 +355,14 @@ def criteria(x, weights, means, covariances, covariance="full"):
     log_normal = log_joint - jnp.log(jnp.where(weights > 0, weights, 1.0))
     l_map = (-jnp.mean(jnp.take_along_axis(log_normal, labels[:, None], axis=1))
              - jnp.sum(jnp.where(hard > 0, hard * jnp.log(jnp.where(hard > 0, hard, 1.0)), 0.0)))
-    distances = jnp.sum((x[:, None, :] - means[None]) ** 2, axis=-1)
+    distances = jax.lax.map(lambda row: jnp.sum((row - means) ** 2, axis=-1), x,
+                            batch_size=min(_BLOCK, num))
     e_mse = jnp.mean(jnp.min(distances, axis=1))
     b0 = 0.5 * dim * math.log(2 * math.pi)
     l_nn = 0.5 * dim + math.log(k) + 0.5 * dim * jnp.log(e_mse / dim) + b0
     j = math.log(k) + 0.5 * dim * jnp.log(e_mse)
-    return {"L_stocha": float(l_stocha), "L_map": float(l_map), "L_NN": float(l_nn),
-            "J": float(j), "E_MSE": float(e_mse)}
+    values = {"L_stocha": l_stocha, "L_map": l_map, "L_NN": l_nn, "J": j, "E_MSE": e_mse}
+    return values, labels.astype(jnp.int32), jnp.argmin(distances, axis=1).astype(jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -436,7 +483,7 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         if cov.shape != (k, dim, dim):
             raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
                              f"got {cov.shape}")
-    state = _State(weights, means, _project(cov, covariance), jnp.ones(k, bool))
+    state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
     per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
     weight_offset = 0.5 * per_component[covariance] if weight_rule == "mml" else 0.0
     state, it, done, objective_trace, count_trace = _run(
@@ -451,24 +498,23 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     collapsed = np.zeros(0, int)
     if not prune and mode != "nearest":
         smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
-        collapsed = np.flatnonzero(smallest < variance_threshold * spread + 2 * reg_covar)
+        collapsed = np.flatnonzero((smallest < variance_threshold * spread + 2 * reg_covar)
+                                   & active)
         if collapsed.size:
             warnings.warn(f"fit_mixture: component(s) {collapsed.tolist()} collapsed (smallest "
                           "covariance eigenvalue at reg_covar); prune=True discards them",
                           ConvergenceWarning, stacklevel=2)
     keep = np.flatnonzero(active)
     weights, means, cov = state.weights[keep], state.means[keep], state.covariances[keep]
-    values = criteria(x, weights, means, cov, covariance)
-    labels = jnp.argmax(component_log_joint(x, weights, means, cov, covariance=covariance),
-                        axis=1).astype(jnp.int32)
+    values, labels, nearest = _criteria(x, weights, means, cov, covariance)
+    values = {name: float(value) for name, value in values.items()}
     if mode == "nearest":
-        labels = jnp.argmin(jnp.sum((x[:, None, :] - means[None]) ** 2, -1), axis=1).astype(
-            jnp.int32)
+        labels = nearest
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],
         L_NN=values["L_NN"], J=values["J"], objective_trace=objective_trace[:it],
         num_components_trace=count_trace[:it], num_iterations=it, converged=bool(done),
         num_start=k, mode=mode, covariance=covariance,
-        collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed if active[c]))
+        collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
 
