@@ -45,6 +45,7 @@ def trees():
 
 
 @pytest.mark.parametrize("method", ["br", "bp"])
+@pytest.mark.slow
 def test_message_passing_is_exact_on_chains_and_trees(trees, method):
     for F, x in trees:
         exact = associate(F, x)
@@ -62,6 +63,7 @@ def loopy():
 
 
 @pytest.mark.parametrize("method", UNDIRECTED)
+@pytest.mark.slow
 def test_energy_is_the_reconstruction_error_of_the_states(loopy, method):
     data, _ = loopy
     result = associate(data.features, data.x, method=method, rng_key=jax.random.key(0))
@@ -71,6 +73,7 @@ def test_energy_is_the_reconstruction_error_of_the_states(loopy, method):
     assert result.converged.shape == (200,)
 
 
+@pytest.mark.slow
 def test_br_converged_implies_optimal_and_br_mf_is_never_worse():
     """Sec. 4.3.1: whenever BR converged its answer was optimal; BR+MF >= BR everywhere.
 
@@ -95,6 +98,7 @@ def test_br_converged_implies_optimal_and_br_mf_is_never_worse():
 
 @pytest.mark.parametrize("order", ["shared", "per_example"])
 @pytest.mark.parametrize("method", ["mf", "gibbs", "br", "bp"])
+@pytest.mark.slow
 def test_reach_the_optimum_on_well_separated_features(method, order):
     """Near-orthogonal features (dim = 4n, F ~ N(0, 1)): weak couplings, an easy problem."""
     data = gvq.generate_planted(jax.random.key(7), 200, 8, 32, noise_scale=0.3,
@@ -106,6 +110,7 @@ def test_reach_the_optimum_on_well_separated_features(method, order):
     assert same.mean() >= 0.98, same.mean()
 
 
+@pytest.mark.slow
 def test_finite_noise_target_with_a_prior():
     """noise=sigma: MF minimises the MAP energy of the program, prior included."""
     data = gvq.generate_planted(jax.random.key(8), 100, 5, 12, noise_scale=1.0,
@@ -129,6 +134,7 @@ def test_mf_init_and_step_are_pure_and_jittable(loopy):
     assert float(jnp.max(jnp.minimum(state.mu, 1 - state.mu))) < 0.05  # saturated at small sigma
 
 
+@pytest.mark.slow
 def test_fit_gvq_with_an_approximate_association():
     """EM with BR+MF association reaches exact EM's optimum on sparse planted features.
 

@@ -31,6 +31,7 @@ def planted():
     return data, data.s[:1500], data.s[1500:]
 
 
+@pytest.mark.slow
 def test_svi_heldout_error_within_factor_of_arcsine(planted):
     data, train, heldout = planted
     fit = fit_clipped_gaussian(train, 2)
@@ -62,6 +63,7 @@ def test_svi_short_run_warns_and_keeps_checkpoints(planted):
     assert svi.hidden_loc.shape == svi.hidden_scale.shape == (200, 2)
 
 
+@pytest.mark.slow
 def test_nuts_predictive_moments_match_the_truth():
     # 6 units, P = 2, 200 patterns at sigma 0.3 (larger noise: a smoother posterior;
     # at 0.1 split R-hat stays near 1.1-1.3). With 300 + 300 iterations split R-hat
@@ -125,6 +127,7 @@ def test_bad_input(planted, call, error, match):
         call(np.asarray(train))
 
 
+@pytest.mark.slow
 def test_compare_clipped_smoke():
     # NUTS on 200 patterns of 6 units, 300 + 300 iterations: the chain compiled by
     # test_nuts_predictive_moments_match_the_truth (noise is traced) is reused.

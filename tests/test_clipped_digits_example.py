@@ -33,6 +33,7 @@ def twos(example):
     return example.load_patterns(DIGIT)[0]
 
 
+@pytest.mark.slow
 def test_files_written(quick_run):
     out, results = quick_run
     for name in ("clipped_digits_spectra.png", "clipped_digits_eigenvectors.png",
@@ -49,6 +50,7 @@ def test_files_written(quick_run):
     assert record["heldout"] is None and record["sampling_check"] is None
 
 
+@pytest.mark.slow
 def test_data(quick_run, twos):
     _, results = quick_run
     # load_digits holds 177 twos; 18 of the 64 pixels are off in every one of them.
@@ -60,6 +62,7 @@ def test_data(quick_run, twos):
     assert constant.size == 18 and np.all(twos[:, constant] == -1.0)
 
 
+@pytest.mark.slow
 def test_spectra_consistent(quick_run):
     _, results = quick_run
     spec = results["spectra"]
@@ -84,6 +87,7 @@ def test_spectra_consistent(quick_run):
     assert results["fit"]["leading_eigenvalues"] == pytest.approx(full[:16].tolist(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_c_xx_falls_off_more_steeply(quick_run):
     # Measured on the twos (varying pixels): the 16 largest eigenvalues hold 0.965 of C_xx's
     # positive spectrum, 0.909 of C_ss = <s_a s_b> and 0.754 of the centred correlations;
@@ -103,6 +107,7 @@ def test_c_xx_falls_off_more_steeply(quick_run):
     assert "steeper, as in the paper" in results["printed"]
 
 
+@pytest.mark.slow
 def test_eigenvectors_against_pca(quick_run):
     # Measured: subspace overlap 0.582 against 16 / 46 = 0.348 for unrelated subspaces of
     # the varying pixels; the leading vectors agree best (|cosine| 0.72 at rank 1).
@@ -114,6 +119,7 @@ def test_eigenvectors_against_pca(quick_run):
     assert comparison["same_rank_cosine"][0] > 0.5
 
 
+@pytest.mark.slow
 def test_morph(quick_run, twos, example):
     _, results = quick_run
     shown = results["morph"]
@@ -144,6 +150,7 @@ def test_morph(quick_run, twos, example):
     assert set(np.unique(thresholded)) <= {-1.0, 1.0}
 
 
+@pytest.mark.slow
 def test_printed_summary(quick_run):
     out = quick_run[1]["printed"]
     for text in ("USPS twos of 16x16", "constant_columns='independent'", "Spectra (Fig. 4)",

@@ -149,6 +149,7 @@ def test_bumps_helpers(bumps):
 
 
 # -------------------------------------------------------------- counterexample
+@pytest.mark.slow
 def test_counterexample_files(counterexample_run):
     out, results = counterexample_run
     _files(out, ("clipped_counterexample.json", "clipped_counterexample.png"))
@@ -158,6 +159,7 @@ def test_counterexample_files(counterexample_run):
     assert "Paper vs ours" in results["printed"] and ": agrees" in results["printed"]
 
 
+@pytest.mark.slow
 def test_counterexample_negative_eigenvalue_matches_closed_form(counterexample_run):
     expected = {4: -0.5, 6: 1 - 5 * math.sin(math.pi / 10), 8: 1 - 7 * math.sin(math.pi / 14)}
     for r in counterexample_run[1]["rows"]:
@@ -173,6 +175,7 @@ def test_counterexample_negative_eigenvalue_matches_closed_form(counterexample_r
             assert "negative eigenvalue" in r["warnings"][0]
 
 
+@pytest.mark.slow
 def test_counterexample_projection(counterexample_run):
     """project=True: a valid correlation matrix, c = -1/(N-1); model moments in closed form."""
     for r in counterexample_run[1]["rows"]:
@@ -213,6 +216,7 @@ def test_counterexample_closed_forms(counterexample):
 
 
 # --------------------------------------------------------------------- entropy
+@pytest.mark.slow
 def test_entropy_files(entropy_run):
     out, results = entropy_run
     _files(out, ("clipped_entropy.json", "clipped_entropy.png"))
@@ -221,6 +225,7 @@ def test_entropy_files(entropy_run):
     assert "Paper vs ours" in results["printed"]
 
 
+@pytest.mark.slow
 def test_entropy_exact_counts_equal_formulas(entropy_run):
     counts = entropy_run[1]["counts"]
     for variant, per_p in counts.items():
@@ -231,6 +236,7 @@ def test_entropy_exact_counts_equal_formulas(entropy_run):
                 assert 1 <= r["sampled"] <= r["exact"]
 
 
+@pytest.mark.slow
 def test_entropy_sampling_matches_exact_expectation(entropy_run):
     """Zero bias, P = 2: the sampled count is the exact expected coverage of the arcs."""
     zero = entropy_run[1]["counts"]["zero bias"]
@@ -246,6 +252,7 @@ def test_entropy_sampling_matches_exact_expectation(entropy_run):
     assert biased[-1]["sampled"] < 0.5 * biased[-1]["formula"]
 
 
+@pytest.mark.slow
 def test_entropy_slopes(entropy_run):
     counts = entropy_run[1]["counts"]
     for variant, per_p in counts.items():

@@ -48,6 +48,7 @@ def owen_phi2(h, k, rho):
     return 0.5 * (ndtr(h) + ndtr(k)) - t_h - t_k - beta
 
 
+@pytest.mark.slow
 def test_phi2_matches_owens_t_everywhere_in_float64():
     rng = np.random.default_rng(0)
     rhos = [-1.0, -0.99999, -0.999, -0.93, -0.924, -0.5, 0.0, 0.2, 0.9, 0.926, 0.99, 0.99999, 1.0]
@@ -67,6 +68,7 @@ def test_phi2_matches_owens_t_everywhere_in_float64():
     np.testing.assert_allclose(got32[usable], want[usable], rtol=0, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_pair_solve_inverts_the_moment_to_1e_9_in_rho():
     rng = np.random.default_rng(1)
     n = 3000
@@ -116,6 +118,7 @@ def test_clipped_normal_and_its_noiseless_limit():
     assert np.all(np.abs(np.asarray(draws.mean(0) - ClippedNormal(loc, 0.5).mean)) < 5 * se)
 
 
+@pytest.mark.slow
 def test_program_log_density_is_the_probit_model_and_the_handlers_reach_it():
     data = cg.generate(jax.random.key(2), 7, 5, 2)
     y = jax.random.normal(jax.random.key(3), (7, 2))
@@ -141,6 +144,7 @@ def test_generate_at_zero_noise_is_the_deterministic_clip():
     np.testing.assert_allclose(np.linalg.norm(np.asarray(data.weights), axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_arcsine_law_matches_monte_carlo_within_5_standard_errors():
     # Zero bias: <s_a s_b> = (2/pi) asin(C_ab / sqrt(C_aa C_bb)) (eq. 7).
     rng = np.random.default_rng(5)
@@ -179,6 +183,7 @@ def test_zero_bias_fit_is_the_sine_of_the_binary_correlations():
     assert np.trace(recon) == pytest.approx(top.sum(), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_biased_fit_round_trips_a_planted_model():
     num = 10000
     data = cg.generate(jax.random.key(1), num, 30, 3)
@@ -253,6 +258,7 @@ def test_nearest_correlation_matches_highams_example():
     np.testing.assert_allclose(out, want, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_zero_one_input_equals_spin_input_and_constant_columns():
     data = cg.generate(jax.random.key(9), 400, 6, 2)
     spins = np.asarray(data.s)
@@ -287,6 +293,7 @@ def test_bad_input(kwargs, error, match):
         fit_clipped_gaussian(args.pop("s"), args.pop("num_hidden"), **args)
 
 
+@pytest.mark.slow
 def test_map_hidden_causes_are_stationary_and_reproduce_the_patterns():
     data = cg.generate(jax.random.key(10), 40, 12, 2)
     noise = 0.05
@@ -305,6 +312,7 @@ def test_map_hidden_causes_are_stationary_and_reproduce_the_patterns():
     assert np.mean(clip == np.asarray(data.s)) > 0.97
 
 
+@pytest.mark.slow
 def test_morph_runs_between_the_two_patterns_in_hidden_space():
     data = cg.generate(jax.random.key(11), 30, 16, 2)
     frames, hidden = morph(data.s[0], data.s[1], 7, weights=data.weights, bias=data.bias)
@@ -323,6 +331,7 @@ def test_morph_runs_between_the_two_patterns_in_hidden_space():
         morph(data.s[0], data.s[1], 1, weights=data.weights, bias=data.bias)
 
 
+@pytest.mark.slow
 def test_program_parameters_keep_the_fitted_marginals_and_moment_error_has_a_floor():
     data = cg.generate(jax.random.key(12), 6000, 10, 2)
     fit = fit_clipped_gaussian(data.s[:3000], 2)

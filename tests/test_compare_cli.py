@@ -16,6 +16,7 @@ def quick_run(tmp_path_factory):
     return status, out
 
 
+@pytest.mark.slow
 def test_compare_gvq_writes_csv_json_and_png(quick_run, capsys):
     status, out = quick_run
     assert status == 0

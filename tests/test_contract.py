@@ -35,6 +35,7 @@ def test_every_registered_model_has_contract_settings():
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.slow
 def test_program_contract(name):
     info = REGISTRY[name]
     settings = SETTINGS[name]

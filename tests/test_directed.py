@@ -84,6 +84,7 @@ def zero_noise():
     return trials
 
 
+@pytest.mark.slow
 def test_dbr_is_exact_at_zero_noise_for_sparse_features(zero_noise):
     # Paper sec. 4.3.1: "for eps = 0 DBR does not make errors anymore". Measured: 200 of 200
     # examples (50 trials x 4) reach energy 0; also 100/100 for k = 1..8 parents of 12.
@@ -98,6 +99,7 @@ def test_dbr_is_exact_at_zero_noise_for_sparse_features(zero_noise):
     assert hits >= 196 and agree == hits  # >= 98 %
 
 
+@pytest.mark.slow
 def test_dbr_equals_exact_on_directed_trees():
     F = directed_tree(jax.random.key(1), 6)
     data = jax.random.bernoulli(jax.random.key(10), 0.5, (80, 7)) @ F
@@ -166,6 +168,7 @@ def test_dbp_marginals_on_a_tree_at_fixed_sigma():
     np.testing.assert_allclose(jax.nn.sigmoid(state.beliefs), marginals, atol=2e-4)
 
 
+@pytest.mark.slow
 def test_dbp_at_small_sigma_approaches_exact():
     # Sparse sec. 4.3.1 problems, n = 12, d = 4, k = 2, noise variance 0.1; 10 F x 20
     # examples. Measured: the lowest energy visited equals the exact one for 97.5 % with

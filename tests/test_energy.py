@@ -66,6 +66,7 @@ def test_coefficients_match_eq_7():
     np.testing.assert_allclose(energy.constant, jnp.sum(x**2, 1), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_finite_noise_energy_includes_the_prior():
     """noise=sigma: E = -2 sigma^2 [log p(x|s) + log p(s)] + const, with a non-uniform prior."""
     n, sigma = 4, 0.7
@@ -97,6 +98,7 @@ def cubic_model(x=None, *, features, sigma=0.1):
         numpyro.sample("x", dist.Normal(loc, sigma).to_event(1), obs=x)
 
 
+@pytest.mark.slow
 def test_check_quadratic_rejects_a_program_that_is_not_quadratic():
     data = gvq.generate_planted(jax.random.key(3), 5, 4, 3)
     check_quadratic(gvq.model, data.x, model_kwargs={"features": data.features})  # passes

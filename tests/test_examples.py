@@ -6,6 +6,7 @@ The other examples have their own test modules (``test_gvq_*_example.py``).
 import pytest
 
 
+@pytest.mark.slow
 def test_gvq_planted_quick(load_example, tmp_path, capsys):
     stats = load_example("gvq_planted").main(["--quick", "--output-dir", str(tmp_path)])
     out = capsys.readouterr().out

@@ -24,6 +24,7 @@ def example(load_example):
     return load_example("gvq_association")
 
 
+@pytest.mark.slow
 def test_gvq_association_quick(example, tmp_path, capsys, monkeypatch):
     association._load_methods()
     # The directed methods may be missing: the example must skip them with a note.
@@ -71,6 +72,7 @@ def test_run_point_marks_refused_method_not_applicable(example):
     assert out["exact"]["optimal"].all()
 
 
+@pytest.mark.slow
 def test_compare_gvq_association_quick(tmp_path):
     association._load_methods()
     result = run_comparison("gvq-association", quick=True, progress_bar=False)

@@ -24,6 +24,7 @@ def quick_run(example, run_example, tmp_path_factory):
     return out, run_example(example, ["--quick", "--output-dir", str(out), "--seed", "0"])
 
 
+@pytest.mark.slow
 def test_files_written(quick_run):
     out, results = quick_run
     for name in ("gvq_compression_images.png", "gvq_compression_features.png",
@@ -39,6 +40,7 @@ def test_files_written(quick_run):
     assert "GVQ is above VQ" in record["finding_text"]
 
 
+@pytest.mark.slow
 def test_printed_summary(quick_run):
     out = quick_run[1]["printed"]
     assert "427x640 cropped to 416x640 (bottom 11 rows dropped)" in out
@@ -67,6 +69,7 @@ def test_bit_accounting_by_hand(example):
     assert example.gvq_bits(1, 2, 256, 1040) == example.vq_bits(2, 256, 1040) == 5200
 
 
+@pytest.mark.slow
 def test_run_bits_match_formulas(quick_run):
     _, results = quick_run
     num_segments, pixels = 1040, 256
@@ -83,6 +86,7 @@ def test_run_bits_match_formulas(quick_run):
                                                   + num_segments * math.log2(used))
 
 
+@pytest.mark.slow
 def test_gvq_against_vq(quick_run):
     _, results = quick_run
     vq, gvq = results["main"]["vq"], results["main"]["gvq"]
@@ -111,6 +115,7 @@ def test_gvq_against_vq(quick_run):
     assert finding["fraction_gvq"] > 0.5
 
 
+@pytest.mark.slow
 def test_gvq_states_are_exact_association(example, quick_run):
     """fit_gvq(num_sets=1): origin last and always on, reconstruction states @ F, and at EM's
     fixed point every segment sits at its nearest codebook vector of all 2^n combinations."""

@@ -85,6 +85,7 @@ def test_set_association_is_the_brute_force_minimum(sparsity):
     assert np.all(blocks.sum(axis=(1, 2)) == blocks[np.arange(60), want_sets].sum(axis=1))
 
 
+@pytest.mark.slow
 def test_set_energy_of_the_program_is_the_papers():
     key = jax.random.split(jax.random.key(4), 4)
     features = jax.random.normal(key[0], (8, 4))
@@ -98,6 +99,7 @@ def test_set_energy_of_the_program_is_the_papers():
     np.testing.assert_allclose(np.asarray(energy), np.asarray(want), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_sets_with_an_iterative_method_never_beat_the_optimum():
     key = jax.random.split(jax.random.key(5), 2)
     features = jax.random.normal(key[0], (2 * 9, 6))
@@ -110,6 +112,7 @@ def test_sets_with_an_iterative_method_never_beat_the_optimum():
         assert float(jnp.mean(energy)) <= 1.05 * float(jnp.mean(exact)), method
 
 
+@pytest.mark.slow
 def test_sparsity_enters_the_energy_and_numpyros_map():
     data = gvq.generate_planted(jax.random.key(6), 40, 5, 8, noise_scale=0.3, feature_mean=0.0)
     plain = quadratic_energy(gvq.model, data.x, model_kwargs={"features": data.features})
@@ -126,6 +129,7 @@ def test_sparsity_enters_the_energy_and_numpyros_map():
                               np.asarray(associate(data.features, data.x).states))
 
 
+@pytest.mark.slow
 def test_sparsity_switches_units_off_in_proportion_to_lambda():
     data = gvq.generate_planted(jax.random.key(7), 200, 6, 12, noise_scale=0.3, feature_mean=0.0)
     counts = []
@@ -165,6 +169,7 @@ def test_binary_search_is_the_brute_force_minimum_of_eq10(num_sets):
     np.testing.assert_allclose(got, table.min(axis=1), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_binary_m_step_lowers_the_programs_energy():
     key = jax.random.split(jax.random.key(9), 3)
     f_hat = jax.random.normal(key[0], (6, 12))
@@ -208,6 +213,7 @@ def test_lbfgs_minimize_solves_a_quadratic_and_never_returns_a_worse_point():
     assert float(value) == 4.0 and not bool(converged)
 
 
+@pytest.mark.slow
 def test_binary_em_on_planted_binary_data():
     # Two sets of (2 units + origin) with binary features; data = their squashed
     # combinations thresholded at 1/2, so an exact fit has error ~ 0.

@@ -60,6 +60,7 @@ def test_m_step_is_least_squares_and_keeps_unused_features():
     np.testing.assert_allclose(np.asarray(new)[[0, 2]], expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_restarts_pick_the_best_and_init_features_are_used():
     data = gvq.generate_planted(jax.random.key(8), 100, 4, 6, noise_scale=0.1)
     result = fit_gvq(data.x, 4, rng_key=jax.random.key(0), num_restarts=3)
@@ -90,6 +91,7 @@ def map_by_enumeration(features, x, sigma, on_probability):
     return states[energies.argmin(1)].astype(int)
 
 
+@pytest.mark.slow
 def test_variant_program_exact_association_and_em():
     sigma, p_on = 2.0, 0.15
     data = gvq.generate_planted(jax.random.key(50), 300, 5, 6, noise_scale=sigma,
@@ -110,6 +112,7 @@ def test_variant_program_exact_association_and_em():
         np.asarray(fit.states), map_by_enumeration(fit.features, data.x, sigma, p_on))
 
 
+@pytest.mark.slow
 def test_progress_bar_driver_gives_the_same_fit():
     data = gvq.generate_planted(jax.random.key(9), 120, 4, 6, noise_scale=0.2)
     plain = fit_gvq(data.x, 4, rng_key=jax.random.key(2), num_restarts=2)

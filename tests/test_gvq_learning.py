@@ -50,6 +50,7 @@ def two_permuted_chains(tiny):
                         init_features=_permuted_starts(tiny), **CHAIN)
 
 
+@pytest.mark.slow
 def test_mcmc_recovers_planted_features_across_permuted_chains(tiny, least_squares,
                                                                  two_permuted_chains):
     result = two_permuted_chains
@@ -122,6 +123,7 @@ def _permuted_starts(tiny):
     return jnp.stack([tiny.features + noise[0], tiny.features[jnp.array([2, 0, 1])] + noise[1]])
 
 
+@pytest.mark.slow
 def test_mcmc_progress_bar_counts_every_iteration_and_changes_nothing(
         tiny, two_permuted_chains, progress_updates):
     """The bar is advanced from inside the jitted chain; the draws are the same."""
@@ -132,6 +134,7 @@ def test_mcmc_progress_bar_counts_every_iteration_and_changes_nothing(
                                   np.asarray(two_permuted_chains.samples))
 
 
+@pytest.mark.slow
 def test_mcmc_vectorized_chains(tiny, least_squares, two_permuted_chains, progress_updates):
     """Chains under vmap: the same algorithm, compiled differently.
 
@@ -202,6 +205,7 @@ def test_mcmc_bad_data():
         fit_gvq_mcmc(np.full((4, 2), np.nan), 2, rng_key=jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_compare_gvq_learning_quick_cli(tmp_path, capsys):
     status = main(["compare", "gvq-learning", "--quick", "--no-progress",
                    "--output-dir", str(tmp_path)])

@@ -29,6 +29,7 @@ def data64():
 
 
 @pytest.mark.parametrize("covariance", ["full", "diag", "spherical"])
+@pytest.mark.slow
 def test_em_equals_scikit_learn_from_the_same_start(data64, covariance):
     x, start = data64
     weights, cov = np.full(4, 0.25), np.stack([np.eye(3)] * 4)
@@ -96,6 +97,7 @@ def test_e_step_is_the_programs_enumerated_posterior(data64):
     assert float(total) == pytest.approx(np.sum(np.logaddexp.reduce(table, axis=1)), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_collapsing_components_are_pruned_mid_run():
     rng = np.random.default_rng(1)
     blobs = np.concatenate([rng.normal(size=(150, 2)), rng.normal(size=(150, 2)) + 8.0])
@@ -112,6 +114,7 @@ def test_collapsing_components_are_pruned_mid_run():
     assert kept.num_components == 3
 
 
+@pytest.mark.slow
 def test_generator_and_program_sizes():
     d = mx.generate(jax.random.key(3), 300, 5, 4, separation=6.0)
     assert d.x.shape == (300, 4) and d.means.shape == (5, 4) and d.covariances.shape == (5, 4, 4)
@@ -141,6 +144,7 @@ def test_bad_input(kwargs, match):
         fit_mixture(args.pop("x"), args.pop("num_components"), **args)
 
 
+@pytest.mark.slow
 def test_number_selection_by_j_and_bic_finds_well_separated_clusters():
     d = mx.generate(jax.random.key(5), 800, 4, 2, separation=6.0)
     for criterion in ("J", "bic"):
@@ -152,6 +156,7 @@ def test_number_selection_by_j_and_bic_finds_well_separated_clusters():
     assert num_parameters(3, 2, "full") == 2 + 3 * (2 + 3)
 
 
+@pytest.mark.slow
 def test_criteria_of_one_mode_share_their_fits_and_penalties_are_exact():
     d = mx.generate(jax.random.key(7), 300, 2, 2, separation=6.0)
     table = compare_criteria(d.x, (1, 2, 3), criteria=("L_stocha", "bic", "aic", "L_map"),
@@ -198,6 +203,7 @@ def test_selection_bad_input(kwargs, error, match):
 
 
 @pytest.mark.filterwarnings("ignore::ppl_models.diagnostics.NumericalWarning")  # Pareto k
+@pytest.mark.slow
 def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k():
     d = mx.generate(jax.random.key(2), 120, 2, 2, separation=8.0)
     result = select_num_components(d.x, (1, 2), criterion="loo", rng_key=jax.random.key(3),
@@ -211,6 +217,7 @@ def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k():
     assert elpd_2 - elpd_1 > 2 * max(se_1, se_2)
 
 
+@pytest.mark.slow
 def test_mml_weight_rule_prunes_redundant_components_the_literal_rule_keeps():
     # Four clusters of at least 60 points, 12 components started at random examples
     # (sec. 5.2). Measured on six seeds: the literal rule keeps 11-12 with either EM;

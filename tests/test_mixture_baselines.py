@@ -56,6 +56,7 @@ def nuts(planted):
                             num_samples=NUTS_ITERATIONS)
 
 
+@pytest.mark.slow
 def test_svi_from_em_start_with_weak_prior_stays_at_em_optimum(planted, em):
     _, x, _ = planted
     svi = fit_mixture_svi(x, K, rng_key=FIT_KEY, num_steps=SVI_STEPS, prior_scale=1000.0,
@@ -104,6 +105,7 @@ def test_svi_still_moving_warns_and_flags(planted):
     assert not svi.converged
 
 
+@pytest.mark.slow
 def test_nuts_predictive_matches_em_and_rhat_is_fine(planted, em, nuts):
     data, x, heldout = planted
     assert nuts.converged and nuts.r_hat <= 1.1 and nuts.num_divergent == 0

@@ -58,6 +58,7 @@ def test_rpcl_drives_the_extra_units_off_the_data_and_cl_does_not(four_clusters,
     assert no_rival.num_components > 4
 
 
+@pytest.mark.slow
 def test_adaptive_em_approaches_batch_em_and_the_previous_estimate_stalls(four_clusters):
     x, _, start = four_clusters
     batch = fit_mixture(x, 4, mode="stochastic", init_means=start)
@@ -148,6 +149,7 @@ def test_posterior_winner_and_rival_are_the_program_argmax_not_the_nearest_mean(
 
 @pytest.mark.parametrize("method, num_components, num_passes",
                          [("rpcl", 8, 5), ("adaptive_em", 4, 6)])
+@pytest.mark.slow
 def test_scan_driver_equals_a_loop_of_the_jitted_step(four_clusters, method, num_components,
                                                       num_passes):
     x, _, start = four_clusters

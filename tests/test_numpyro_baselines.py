@@ -15,6 +15,7 @@ from inference.numpyro_baselines import fit_gvq_svi
 from ppl_models import gvq
 
 
+@pytest.mark.slow
 def test_svi_loss_is_the_exact_negative_log_joint_by_enumeration():
     """TraceEnum_ELBO with a point-mass guide: loss = -log p(x | F) - log p(F), exactly."""
     n, sigma, scale = 3, 0.4, 10.0
@@ -31,6 +32,7 @@ def test_svi_loss_is_the_exact_negative_log_joint_by_enumeration():
         assert float(fit.error_trace[0]) == pytest.approx(float(expected), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_svi_with_enumeration_learns_the_planted_features_like_em():
     """At sigma = 0.3 SVI reaches EM's optimum from the same random starts.
 

@@ -14,6 +14,7 @@ def test_first_code_block_is_the_two_setup_commands():
                      'pip install -e ".[test]" && pytest']
 
 
+@pytest.mark.slow
 def test_python_tour_runs(capsys):
     tour = re.search(r"```python\n(.*?)```", README, re.S).group(1)
     namespace = {}
@@ -23,6 +24,7 @@ def test_python_tour_runs(capsys):
     assert float(result.error) < 0.2  # the noise floor is 16 * 0.1^2 = 0.16
 
 
+@pytest.mark.slow
 def test_clipped_gaussian_tour_runs():
     tours = re.findall(r"```python\n(.*?)```", README, re.S)
     tour = next(t for t in tours if "fit_clipped_gaussian" in t)
