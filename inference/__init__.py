@@ -33,3 +33,7 @@ __all__ += ["MixtureResult", "fit_mixture"]
 from inference.mixture_selection import compare_criteria, select_num_components  # noqa: E402
 
 __all__ += ["compare_criteria", "select_num_components"]
+
+from inference.mcvq import MCVQResult, fit_mcvq, infer_states, reconstruct  # noqa: E402
+
+__all__ += ["MCVQResult", "fit_mcvq", "infer_states", "reconstruct"]

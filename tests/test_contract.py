@@ -27,6 +27,10 @@ SETTINGS = {
                     fixed=lambda data: {"weights": data.weights, "means": data.means,
                                         "scales": jnp.ones(2), "covariance": "spherical"},
                     unobserved=lambda data: {"num_examples": data.x.shape[0]}),
+    "mcvq": dict(generate=dict(num_examples=5, dim=4, num_vqs=2, num_states=2),
+                 data=lambda data: data.x,
+                 fixed=lambda data: {"mu": data.mu, "sigma": data.sigma},
+                 unobserved=lambda data: {"num_examples": data.x.shape[0]}),
 }
 
 

@@ -1,0 +1,509 @@
+"""Variational EM for Multiple Cause Vector Quantization (seed 004 sec. 3; MODELS.md 4.2).
+
+The posterior over the selections of the MCVQ program (``ppl_models.mcvq``)
+is approximated by Q(R, S | x^c) = prod_dk g_dk^{r_dk} prod_kj (m^c_kj)^{s_kj},
+with g (D, K) shared by all examples (the paper's consistency constraint) and
+m^c (K, J) per example. The likelihood terms
+
+    ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj)        (N, D, K, J), 0 where x^c_d is missing
+
+are read from the program: it is traced with r and s conditioned to every
+(VQ k, state j) pair (``likelihood_terms``), so that the model stays the single
+source of truth. With a temperature T the algorithm lowers
+
+    F_T = sum_c sum_kj m^c_kj log(m^c_kj / b_kj) + T sum_dk g_dk log(g_dk / a_dk)
+          + sum_c sum_dkj g_dk m^c_kj ell^c_dkj.
+
+F_C (T = number of examples) is the paper's free energy, the negative ELBO of the
+per-example program (``model(shared_r=False)``) under the factorised guide;
+F_1 is the negative ELBO of the shared-r program (``model(shared_r=True)``).
+Both identities are tested exactly by enumeration. Every update is the exact
+minimiser of F_T in its block, so F_T never increases at fixed T:
+
+* E-step: m^c_kj ∝ b_kj exp(-sum_d g_dk ell^c_dkj)                  (normalised over j)
+* g-step: g_dk ∝ a_dk exp(-(1/T) sum_{c,j} m^c_kj ell^c_dkj)          (normalised over k)
+* M-step: mu_dkj, sigma^2_dkj = mean and variance of x^c_d weighted by m^c_kj
+  over the examples c that observe d; sigma^2 is floored at ``variance_floor``
+  times the data's mean variance (the floored value is the constrained minimiser).
+
+The paper replaces 1/C by an inverse temperature 1/T annealed "linearly from an
+integer less than C to 1" (sec. 3, sec. 5.1): from the per-example model,
+where r may differ between examples, to the one where r is the same for all
+(:func:`linear_schedule`). Missing entries (``mask`` False) drop out of every
+sum over c (sec. 5.2). Reconstruction (sec. 3):
+x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj (:func:`reconstruct`); m for new
+examples with the parameters fixed is one E-step (:func:`infer_states`).
+
+Iteration order in :func:`step`: g-step and M-step from the current m (and the
+ell of the current parameters), then ell of the new parameters and the E-step;
+the recorded F_T is at the new state, so every iterate has m matched to its
+parameters.
+
+References
+----------
+Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
+sec. 3 (free energy, E- and M-steps, annealing), sec. 5.1-5.2 (schedule, missing data).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import xlogy
+from numpyro import handlers
+
+from ppl_models import mcvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import check_data, check_positive, check_positive_int, is_traced
+
+__all__ = ["MCVQState", "MCVQInfo", "MCVQResult", "fit_mcvq", "init", "step",
+           "likelihood_terms", "free_energy", "infer_states", "reconstruct", "linear_schedule"]
+
+
+class MCVQState(NamedTuple):
+    """State of the variational EM.
+
+    Attributes
+    ----------
+    g : array (D, K)
+        Q(r_d = k), shared by all examples.
+    m : array (N, K, J)
+        Q(s^c_k = j) per example.
+    mu, sigma : arrays (D, K, J)
+    ell : array (N, D, K, J)
+        -log N(x^c_d; mu_dkj, sigma_dkj) at the current mu, sigma (0 where missing).
+    """
+
+    g: jax.Array
+    m: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+    ell: jax.Array
+
+
+class MCVQInfo(NamedTuple):
+    """What one :func:`step` reports.
+
+    Attributes
+    ----------
+    free_energy : scalar
+        F_T at the new state and the step's temperature.
+    temperature : scalar
+    """
+
+    free_energy: jax.Array
+    temperature: jax.Array
+
+
+class MCVQResult(NamedTuple):
+    """Result of :func:`fit_mcvq`.
+
+    Attributes
+    ----------
+    g : array (D, K)
+        Q(r_d = k): which VQ explains each dimension.
+    m : array (N, K, J)
+        Q(s^c_k = j) of every training example, matched to the final parameters.
+    mu, sigma : arrays (D, K, J)
+    a : array (D, K)
+    b : array (K, J)
+        The selection priors used (fixed, not learnt; uniform unless given).
+    free_energy_trace : array (num_iterations,)
+        F_T after each iteration at that iteration's temperature (module docstring);
+        non-increasing where the temperature stays the same.
+    temperature_trace : array (num_iterations,)
+    num_iterations : int
+    converged : bool
+        The relative change of F_T fell to ``tol`` at a constant temperature.
+    variance_floor : float
+        The absolute floor on sigma^2 that was used.
+    """
+
+    g: jax.Array
+    m: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+    a: jax.Array
+    b: jax.Array
+    free_energy_trace: jax.Array
+    temperature_trace: jax.Array
+    num_iterations: int
+    converged: bool
+    variance_floor: float
+
+
+def likelihood_terms(x, mask, mu, sigma, *, model=None):
+    """ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj) from the program, (N, D, K, J).
+
+    The program (default ``ppl_models.mcvq.model``) is traced once per (k, j),
+    vmapped, with every r^c_d conditioned to k and every s^c_k to j, and the
+    observed site's masked log-probability is read off; entries where ``mask``
+    is False are 0.
+    """
+    model = mcvq.model if model is None else model
+    num, dim = x.shape
+    num_vqs, num_states = mu.shape[1:]
+
+    def log_prob(k, j):
+        program = handlers.condition(model, {"r": jnp.full((num, dim), k),
+                                             "s": jnp.full((num, num_vqs), j)})
+        site = handlers.trace(program).get_trace(x, mask=mask, mu=mu, sigma=sigma)["x"]
+        value = site["fn"].log_prob(site["value"])
+        return value if site["scale"] is None else site["scale"] * value
+
+    ks = jnp.repeat(jnp.arange(num_vqs), num_states)
+    js = jnp.tile(jnp.arange(num_states), num_vqs)
+    values = jax.vmap(log_prob)(ks, js)  # (K J, N, D)
+    return -jnp.moveaxis(values.reshape(num_vqs, num_states, num, dim), (0, 1), (2, 3))
+
+
+def _e_step(ell, g, b):
+    """m^c_kj ∝ b_kj exp(-sum_d g_dk ell^c_dkj)."""
+    return jax.nn.softmax(jnp.log(b) - jnp.einsum("dk,cdkj->ckj", g, ell), axis=-1)
+
+
+def _g_step(ell, m, a, temperature):
+    """g_dk ∝ a_dk exp(-(1/T) sum_{c,j} m^c_kj ell^c_dkj)."""
+    return jax.nn.softmax(jnp.log(a) - jnp.einsum("ckj,cdkj->dk", m, ell) / temperature,
+                          axis=-1)
+
+
+def _m_step(x, mask, m, mu, sigma, floor):
+    """Weighted means and floored variances over observed entries; unused states keep theirs."""
+    obs = mask.astype(x.dtype)
+    weight = jnp.einsum("cd,ckj->dkj", obs, m)
+    used = weight > 1e-10
+    safe = jnp.where(used, weight, 1.0)
+    new_mu = jnp.where(used, jnp.einsum("cd,ckj->dkj", obs * x, m) / safe, mu)
+    centred = (x[:, :, None, None] - new_mu) ** 2
+    var = jnp.einsum("cd,ckj,cdkj->dkj", obs, m, centred) / safe
+    new_sigma = jnp.where(used, jnp.sqrt(jnp.maximum(var, floor)), sigma)
+    return new_mu, new_sigma
+
+
+def _free_energy(ell, g, m, a, b, temperature):
+    kl_m = jnp.sum(xlogy(m, m) - xlogy(m, b))
+    kl_g = jnp.sum(xlogy(g, g) - xlogy(g, a))
+    return kl_m + temperature * kl_g + jnp.einsum("dk,ckj,cdkj->", g, m, ell)
+
+
+def free_energy(x, g, m, mu, sigma, *, mask=None, a=None, b=None, temperature=None):
+    """F_T of the module docstring (a scalar); ``temperature`` defaults to N (the paper's F).
+
+    F_N is the negative ELBO of ``ppl_models.mcvq.model`` under the factorised
+    guide (g, m); F_1 that of ``model(shared_r=True)``. ``x`` may hold NaN where
+    ``mask`` is False.
+    """
+    x = jnp.asarray(x)
+    mask = np.ones(x.shape, bool) if mask is None else mask
+    num_vqs, num_states = jnp.shape(mu)[1:]
+    a, b = _priors(a, b, x.shape[1], num_vqs, num_states, x.dtype)
+    temperature = x.shape[0] if temperature is None else temperature
+    return _free_energy_of_data(x, mask, g, m, mu, sigma, a, b, temperature)
+
+
+@jax.jit
+def _free_energy_of_data(x, mask, g, m, mu, sigma, a, b, temperature):
+    mask = jnp.asarray(mask, bool)
+    x = jnp.where(mask, x, 0.0)
+    return _free_energy(likelihood_terms(x, mask, mu, sigma), g, m, a, b, temperature)
+
+
+def reconstruct(g, m, mu):
+    """x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj, (N, D) (sec. 3: the mean of the mixture)."""
+    return jnp.einsum("dk,ckj,dkj->cd", g, m, mu)
+
+
+def init(rng_key, x, mask, num_vqs: int, num_states: int, a, b, floor) -> MCVQState:
+    """Initial state: mu from random examples, sigma the data's spread, g a random partition.
+
+    ``x`` holds 0 where ``mask`` is False. mu[:, k, j] is a random example
+    (its missing entries replaced by the observed column mean) plus 10% of the
+    column standard deviation of noise; sigma is the column standard deviation;
+    g is a random partition of the dimensions drawn from a, softened
+    (0.9 one-hot + 0.1 / K, times a, normalised); m is the E-step from these.
+    *Choice*: the paper does not state its start. Starting from a partition
+    lets each VQ cluster the examples on its own dimensions. Variational EM
+    has local optima (typically a VQ left with no dimension, two planted
+    groups merged): fit from several keys and keep the lowest final free
+    energy (see ``tests/test_mcvq.py`` for measured recovery rates).
+    """
+    num, dim = x.shape
+    # One uniform draw for everything (each jax.random call costs compile time).
+    sizes = (num_vqs * num_states, dim * num_vqs * num_states, dim * num_vqs)
+    tiny = jnp.finfo(x.dtype).tiny
+    u = jax.random.uniform(rng_key, (sum(sizes),), x.dtype, minval=tiny, maxval=1.0 - 1e-7)
+    u_rows, u_mu, u_g = jnp.split(u, np.cumsum(sizes)[:-1])
+    obs = mask.astype(x.dtype)
+    count = jnp.sum(obs, axis=0)
+    mean = jnp.sum(obs * x, axis=0) / count
+    std = jnp.sqrt(jnp.maximum(jnp.sum(obs * (x - mean) ** 2, axis=0) / count, floor))
+    filled = jnp.where(mask, x, mean)
+    rows = jnp.minimum((u_rows * num).astype(jnp.int32), num - 1).reshape(num_vqs, num_states)
+    mu = jnp.moveaxis(filled[rows], -1, 0)  # (D, K, J)
+    noise = jax.scipy.special.ndtri(u_mu).reshape(mu.shape)
+    mu = mu + 0.1 * std[:, None, None] * noise
+    sigma = jnp.broadcast_to(std[:, None, None], mu.shape)
+    # A random partition r_d ~ a_d (Gumbel-max), softened: g = 0.9 onehot + 0.1 / K, times a.
+    gumbel = -jnp.log(-jnp.log(u_g.reshape(a.shape)))
+    part = jax.nn.one_hot(jnp.argmax(jnp.log(a) + gumbel, axis=-1), num_vqs, dtype=x.dtype)
+    g = a * (0.9 * part + 0.1 / num_vqs)
+    g = g / jnp.sum(g, axis=-1, keepdims=True)
+    ell = likelihood_terms(x, mask, mu, sigma)
+    return MCVQState(g, _e_step(ell, g, b), mu, sigma, ell)
+
+
+def step(state: MCVQState, x, mask, a, b, temperature, floor):
+    """One iteration: g-step and M-step from the current m, then the E-step; pure and jittable.
+
+    Returns ``(new_state, MCVQInfo)``; ``x`` holds 0 where ``mask`` is False.
+    """
+    g = _g_step(state.ell, state.m, a, temperature)
+    mu, sigma = _m_step(x, mask, state.m, state.mu, state.sigma, floor)
+    ell = likelihood_terms(x, mask, mu, sigma)
+    m = _e_step(ell, g, b)
+    energy = _free_energy(ell, g, m, a, b, temperature)
+    return MCVQState(g, m, mu, sigma, ell), MCVQInfo(energy, jnp.asarray(temperature, x.dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states"))
+def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, num_vqs,
+         num_states):
+    """The driver; ``temperatures`` is padded (see :func:`_bucket`), ``num_iterations`` traced."""
+    state = init(rng_key, x, mask, num_vqs, num_states, a, b, floor)
+    energy0 = jnp.full(temperatures.shape[0], jnp.nan, x.dtype)
+
+    def body(carry):
+        state, it, prev, _, energies = carry
+        temperature = temperatures[it]
+        state, info = step(state, x, mask, a, b, temperature, floor)
+        same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
+        change = jnp.abs(prev - info.free_energy) / jnp.maximum(jnp.abs(info.free_energy), 1.0)
+        done = same & (change <= tol)
+        return state, it + 1, info.free_energy, done, energies.at[it].set(info.free_energy)
+
+    def running(carry):
+        return (~carry[3]) & (carry[1] < num_iterations)
+
+    carry = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False), energy0)
+    state, it, _, done, energies = jax.lax.while_loop(running, body, carry)
+    return state, it, done, energies
+
+
+def _bucket(num_iterations: int) -> int:
+    """Compiled length of the schedule: 128, or the next power of two above it.
+
+    The driver runs ``num_iterations`` of them (a traced bound), so fits with
+    different numbers of iterations share one compilation.
+    """
+    return max(128, 1 << (num_iterations - 1).bit_length())
+
+
+def linear_schedule(num_iterations: int, initial_temperature: float,
+                    num_anneal_iterations: int | None = None):
+    """Temperatures falling linearly from ``initial_temperature`` to 1, then held at 1.
+
+    The paper's schedule (sec. 3, 5.1). The fall takes ``num_anneal_iterations``
+    iterations (default half of ``num_iterations``, a *choice*: the paper does
+    not say), so that the remaining ones converge at T = 1.
+
+    >>> linear_schedule(6, 5.0, 3)
+    Array([5., 3., 1., 1., 1., 1.], dtype=float32)
+    """
+    num_iterations = check_positive_int(num_iterations, "num_iterations")
+    check_positive(initial_temperature, "initial_temperature")
+    if num_anneal_iterations is None:
+        num_anneal_iterations = max(num_iterations // 2, 1)
+    num_anneal_iterations = check_positive_int(num_anneal_iterations, "num_anneal_iterations")
+    fraction = jnp.minimum(jnp.arange(num_iterations) / max(num_anneal_iterations - 1, 1), 1.0)
+    return initial_temperature + (1.0 - initial_temperature) * fraction
+
+
+def _check_mask(mask, shape, name="mask"):
+    if mask is None:
+        return np.ones(shape, bool)
+    arr = np.asarray(mask)
+    if arr.dtype != bool:
+        if not np.issubdtype(arr.dtype, np.number) or not np.all((arr == 0) | (arr == 1)):
+            raise TypeError(f"{name} must be a bool array (True = observed); got dtype "
+                            f"{arr.dtype}")
+        arr = arr.astype(bool)
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have the shape of x, {tuple(shape)}; got {arr.shape}")
+    return arr
+
+
+def _check_observed(x, mask, name="x", *, dim=None):
+    """x with 0 at unobserved entries (float), after checking the observed ones are finite."""
+    if is_traced(x):
+        return x, mask
+    arr = np.asarray(x)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D with shape (num_examples, dim); got shape "
+                         f"{arr.shape}")
+    mask = _check_mask(mask, arr.shape)
+    if np.issubdtype(arr.dtype, np.number):
+        bad = int(np.sum(~np.isfinite(arr) & mask))
+        if bad:
+            raise ValueError(f"{name} has {bad} NaN or infinite value(s) where mask is True "
+                             "(observed); mark them False in mask")
+        arr = np.where(mask, arr, 0)
+    return check_data(arr, name, dim=dim), jnp.asarray(mask)
+
+
+def _priors(a, b, dim, num_vqs, num_states, dtype):
+    priors = []
+    for name, value, shape in (("a", a, (dim, num_vqs)), ("b", b, (num_vqs, num_states))):
+        if value is None:
+            priors.append(jnp.asarray(np.full(shape, 1.0 / shape[1]), dtype))
+            continue
+        if not is_traced(value):
+            arr = np.asarray(value, dtype=float)
+            ok = arr.shape == shape and bool(np.all(arr >= 0)) and bool(
+                np.allclose(np.sum(arr, -1), 1.0, atol=1e-4))
+            if not ok:
+                raise ValueError(f"{name} must be non-negative with shape {shape} and rows "
+                                 f"summing to 1; got shape {arr.shape}")
+        priors.append(jnp.asarray(value, dtype))
+    return priors
+
+
+def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
+             temperature_schedule=None, num_iterations: int = 100,
+             initial_temperature: float | None = None, variance_floor: float = 1e-3,
+             tol: float = 1e-6, a=None, b=None) -> MCVQResult:
+    """Fit the MCVQ program by the paper's annealed variational EM (module docstring).
+
+    Parameters
+    ----------
+    x : array (N, D)
+        Data; entries where ``mask`` is False may hold anything, NaN included.
+    num_vqs, num_states : int
+        K VQs of J states each (both >= 1).
+    mask : bool array (N, D), optional
+        True where x is observed (default: all). Every example and every
+        dimension needs at least one observed entry.
+    rng_key : jax.random key
+        For the initial state (:func:`init`).
+    temperature_schedule : float or array (num_iterations,), optional
+        Temperature T of every iteration (positive): a constant, or an array
+        whose length sets the number of iterations. Default:
+        :func:`linear_schedule` from ``initial_temperature`` to 1 over the first
+        half of ``num_iterations``.
+    num_iterations : int
+        Maximum number of iterations (when the schedule is not an array).
+    initial_temperature : float, optional
+        Start of the default schedule: the paper's "integer less than C",
+        default max(N - 1, 1).
+    variance_floor : float
+        sigma^2 >= ``variance_floor`` times the mean variance of the observed
+        data per dimension (absolute floor in the result).
+    tol : float
+        Stop when |Delta F_T| <= tol max(|F_T|, 1) between two iterations at the
+        same temperature.
+    a : array (D, K), optional
+    b : array (K, J), optional
+        Selection priors (fixed; uniform by default, as in the paper).
+
+    Returns
+    -------
+    MCVQResult
+
+    Notes
+    -----
+    Variational EM finds local optima (a VQ left without dimensions is the
+    common one): fit from several ``rng_key`` and keep the lowest final
+    ``free_energy_trace`` value (with the default schedule all end at T = 1,
+    so they compare); a spare
+    state per VQ (J above the expected number) helps too.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mcvq
+    >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
+    ...                      num_states=3)
+    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), num_iterations=80)
+    >>> result.g.shape, result.m.shape, result.mu.shape
+    ((9, 3), (60, 3, 4), (9, 3, 4))
+    >>> bool(result.converged), result.free_energy_trace.shape == (result.num_iterations,)
+    (True, True)
+    """
+    num_vqs = check_positive_int(num_vqs, "num_vqs")
+    num_states = check_positive_int(num_states, "num_states")
+    x, mask = _check_observed(x, mask, "x")
+    num, dim = x.shape
+    empty_rows = np.flatnonzero(~np.asarray(mask).any(axis=1))
+    if empty_rows.size:
+        raise ValueError(f"mask leaves example(s) {empty_rows[:10].tolist()} (rows of x) "
+                         "without any observed entry; drop them")
+    empty_cols = np.flatnonzero(~np.asarray(mask).any(axis=0))
+    if empty_cols.size:
+        raise ValueError(f"mask leaves dimension(s) {empty_cols[:10].tolist()} (columns of x) "
+                         "without any observed entry; drop them")
+    check_positive(variance_floor, "variance_floor")
+    check_positive(tol, "tol") if tol else None
+    if temperature_schedule is None:
+        num_iterations = check_positive_int(num_iterations, "num_iterations")
+        start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
+        temperatures = linear_schedule(num_iterations, start)
+    else:
+        temperatures = np.asarray(temperature_schedule, dtype=float)
+        if temperatures.ndim == 0:
+            num_iterations = check_positive_int(num_iterations, "num_iterations")
+            temperatures = np.full(num_iterations, float(temperatures))
+        if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
+                np.isfinite(temperatures) & (temperatures > 0)):
+            raise ValueError("temperature_schedule must be a positive number or a 1-D array "
+                             f"of positive temperatures; got {temperature_schedule!r}")
+    num_iterations = int(np.shape(temperatures)[0])
+    padded = np.ones(_bucket(num_iterations))
+    padded[:num_iterations] = temperatures
+    a, b = _priors(a, b, dim, num_vqs, num_states, x.dtype)
+    obs = np.asarray(mask)
+    xs = np.asarray(x, dtype=float)
+    count = obs.sum(axis=0)
+    col_mean = (obs * xs).sum(axis=0) / count
+    spread = float(np.mean((obs * (xs - col_mean) ** 2).sum(axis=0) / count))
+    floor = variance_floor * (spread if spread > 0 else 1.0)
+    state, it, done, energies = _run(rng_key, x, mask, a, b, jnp.asarray(padded, x.dtype),
+                                     num_iterations, jnp.asarray(floor, x.dtype),
+                                     jnp.asarray(tol, x.dtype), num_vqs=num_vqs,
+                                     num_states=num_states)
+    it = int(it)
+    energies = energies[:it]
+    if not bool(jnp.all(jnp.isfinite(energies))):
+        warnings.warn("fit_mcvq: the free energy became non-finite; check the data scale and "
+                      "variance_floor", NumericalWarning, stacklevel=2)
+    if not bool(done):
+        warnings.warn(f"fit_mcvq: not converged after {it} iterations (tol={tol}); raise "
+                      "num_iterations or lengthen the schedule at T = 1",
+                      ConvergenceWarning, stacklevel=2)
+    return MCVQResult(g=state.g, m=state.m, mu=state.mu, sigma=state.sigma, a=a, b=b,
+                      free_energy_trace=energies,
+                      temperature_trace=jnp.asarray(padded[:it], x.dtype),
+                      num_iterations=it, converged=bool(done), variance_floor=floor)
+
+
+@jax.jit
+def _infer(x, mask, g, mu, sigma, b):
+    return _e_step(likelihood_terms(x, mask, mu, sigma), g, b)
+
+
+def infer_states(result: MCVQResult, x_new, *, mask=None):
+    """Q(s_k = j) for new examples with the fitted parameters fixed, (N_new, K, J).
+
+    One E-step with g, mu, sigma and b of ``result`` (exact: with g fixed the
+    E-step minimises F over m in closed form). Missing entries (``mask`` False,
+    any value, NaN included) drop out; an example with no observed entry gets
+    the prior b.
+    """
+    dim = result.mu.shape[0]
+    x_new, mask = _check_observed(x_new, mask, "x_new", dim=dim)
+    return _infer(x_new.astype(result.mu.dtype), mask, result.g, result.mu, result.sigma,
+                  result.b)

@@ -1,0 +1,270 @@
+"""Multiple Cause Vector Quantization (MCVQ; seeds 003-004, MODELS.md 4.1).
+
+Generative story (seed 004 sec. 2-3): K vector quantisers (VQs) of J states
+each explain D data dimensions. For every example c
+
+    s_k ~ Categorical(b_k)                      k = 1..K   site "s" (N, K)
+    r_d ~ Categorical(a_d)                      d = 1..D   site "r" (N, D)
+    x_d ~ Normal(mu[d, r_d, s_{r_d}],           d = 1..D   site "x" (N, D)
+                 sigma[d, r_d, s_{r_d}])
+
+so one state of one VQ determines each dimension. mu and sigma have shape
+(D, K, J); a (D, K) and b (K, J) are the selection priors, uniform by default
+(the paper's choice, sec. 3: "we have assumed uniform priors for the selection
+variables").
+
+Structure of r (``shared_r``). By default r is drawn per example (inside the
+examples plate), as the paper's generative model says (sec. 2). With the
+factorised guide Q(r^c_d = k) = g_dk shared by every example and
+Q(s^c_k = j) = m^c_kj, the negative ELBO of this program is exactly the
+paper's free energy (sec. 3; MODELS.md 4.2)
+
+    F = sum_c [ sum_kj m^c_kj log(m^c_kj / b_kj) + sum_dk g_dk log(g_dk / a_dk)
+                + sum_dkj g_dk m^c_kj ell^c_dkj ],  ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj),
+
+whose g update carries the 1/C of the per-example formulation (T = C in
+MODELS.md 4.2). ``shared_r=True`` draws one r for all examples (outside the
+plate): the paper's "slightly different model formulation" whose free energy
+counts the g term once (T = 1), the model its annealing ends at. Both are
+tested against the fit's free energy in ``tests/test_mcvq.py``.
+
+Missing data (sec. 5.2: unobserved dimensions are leaves and drop out):
+``mask`` (bool (N, D), True = observed) masks the likelihood of x; entries
+where ``mask`` is False are replaced by 0 before the likelihood, so NaN there
+cannot poison the log-density. The selection r^c_d of a masked entry is
+still drawn (only x is masked), so the g term of F counts every dimension of
+every example and T = C stays the per-example constant.
+
+Parameters are fixed when passed (``mu=``, ``sigma=``, ``a=``, ``b=``); mu and
+sigma are otherwise sample sites with priors mu ~ Normal(0, ``prior_scale``) and
+sigma ~ HalfNormal(``prior_scale``) (sites "mu", "sigma"), as the Bayesian MCVQ
+of the slides (seed 003; MODELS.md 4.4) puts priors on the Gaussian
+parameters; a and b stay point values (the slides point-estimate them too).
+
+Note: x_d depends on s through the index r_d, across the "vqs" plate, so
+NumPyro's plate-wise parallel enumeration (TraceEnum_ELBO) does not apply to
+r and s; exact checks enumerate joint configurations explicitly.
+
+References
+----------
+Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004):
+sec. 2 (generative model), sec. 3 (variational EM), sec. 5 (experiments).
+Ross, slides on MCVQ and its variational Bayes version (seed 003).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro import handlers
+
+from ppl_models.registry import ModelInfo, register
+from ppl_models.validation import check_positive, check_positive_int, check_probability
+
+__all__ = ["model", "MCVQData", "generate", "random_mask", "INFO"]
+
+
+def _sizes(x, mu, a, b, num_vqs, num_states, num_examples, dim):
+    if x is not None:
+        num_examples, dim = jnp.shape(x)
+    if mu is not None:
+        dim, num_vqs, num_states = jnp.shape(mu)
+    if a is not None:
+        dim, num_vqs = jnp.shape(a)
+    if b is not None:
+        num_vqs, num_states = jnp.shape(b)
+    if None in (num_examples, dim, num_vqs, num_states):
+        raise ValueError("model: give x or num_examples and dim, and mu, or a and b, or "
+                         "num_vqs and num_states")
+    return num_examples, dim, num_vqs, num_states
+
+
+def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=None,
+          num_states=None, num_examples=None, dim=None, shared_r: bool = False,
+          prior_scale: float = 10.0):
+    """The MCVQ program; see the module docstring for sites, priors and ``shared_r``.
+
+    Parameters
+    ----------
+    x : array (num_examples, D), optional
+        Observations; ``None`` samples them. Entries where ``mask`` is False may
+        hold anything (NaN included).
+    mask : bool array (num_examples, D), optional
+        True where x is observed; default: everything observed.
+    mu, sigma : arrays (D, K, J), optional
+        Means and standard deviations of every state of every VQ per dimension;
+        sample sites with priors when ``None``.
+    a : array (D, K), optional
+        Prior over the VQ that explains each dimension (rows sum to 1); uniform by default.
+    b : array (K, J), optional
+        Prior over the states of each VQ (rows sum to 1); uniform by default.
+    num_vqs, num_states, num_examples, dim : int, optional
+        Sizes K, J, N, D where they cannot be read from the other arguments.
+    shared_r : bool
+        Draw r once for all examples instead of per example.
+    prior_scale : float
+        Scale of the priors on mu and sigma.
+    """
+    num_examples, dim, num_vqs, num_states = _sizes(x, mu, a, b, num_vqs, num_states,
+                                                    num_examples, dim)
+    if a is None:
+        a = jnp.full((dim, num_vqs), 1.0 / num_vqs)
+    if b is None:
+        b = jnp.full((num_vqs, num_states), 1.0 / num_states)
+    shape = [dim, num_vqs, num_states]
+    if mu is None:
+        mu = numpyro.sample("mu", dist.Normal(0.0, prior_scale).expand(shape).to_event(3))
+    if sigma is None:
+        sigma = numpyro.sample("sigma", dist.HalfNormal(prior_scale).expand(shape).to_event(3))
+    with numpyro.plate("examples", num_examples, dim=-2):
+        with numpyro.plate("vqs", num_vqs, dim=-1):
+            s = numpyro.sample("s", dist.Categorical(b))  # (N, K)
+        if not shared_r:
+            with numpyro.plate("dims", dim, dim=-1):
+                r = numpyro.sample("r", dist.Categorical(a))  # (N, D)
+    if shared_r:
+        with numpyro.plate("dims", dim, dim=-1):
+            r = numpyro.sample("r", dist.Categorical(a))  # (D,)
+    r = jnp.broadcast_to(r, (num_examples, dim))
+    state = jnp.take_along_axis(s, r, axis=-1)  # s_{r_d}, (N, D)
+    dims = jnp.arange(dim)
+    loc, scale = mu[dims, r, state], sigma[dims, r, state]
+    if mask is not None:
+        mask = jnp.asarray(mask, bool)
+        if x is not None:
+            x = jnp.where(mask, x, 0.0)  # NaN at unobserved entries must not reach log_prob
+    fn = dist.Normal(loc, scale)
+    if mask is not None:
+        fn = fn.mask(mask)
+    with numpyro.plate("examples", num_examples, dim=-2), numpyro.plate("dims", dim, dim=-1):
+        return numpyro.sample("x", fn, obs=x)
+
+
+class MCVQData(NamedTuple):
+    """Data drawn from a planted MCVQ.
+
+    Attributes
+    ----------
+    x : array (num_examples, D)
+        The complete data (also at entries ``mask`` marks missing).
+    mask : bool array (num_examples, D)
+        True where a fit may see x (all True unless ``missing_fraction > 0``).
+    s : int32 array (num_examples, K)
+        The state of every VQ in every example.
+    r : int32 array (D,)
+        The planted partition: the VQ that explains each dimension (shared by all
+        examples, the ``shared_r`` program).
+    mu, sigma : arrays (D, K, J)
+    """
+
+    x: jax.Array
+    mask: jax.Array
+    s: jax.Array
+    r: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+
+
+def random_mask(rng_key, num_examples: int, dim: int, missing_fraction: float):
+    """A bool (num_examples, dim) mask with about ``missing_fraction`` entries False.
+
+    Every row and every column keeps at least one observed entry (entry
+    (i, i mod dim) and (j mod num_examples, j) stay True), so that the mask is
+    valid for ``inference.mcvq.fit_mcvq``.
+    """
+    num_examples = check_positive_int(num_examples, "num_examples")
+    dim = check_positive_int(dim, "dim")
+    check_probability(missing_fraction, "missing_fraction")
+    if missing_fraction >= 1:
+        raise ValueError(f"missing_fraction must be below 1; got {missing_fraction}")
+    return _random_mask(rng_key, num_examples, dim, missing_fraction)
+
+
+def _random_mask(rng_key, num_examples, dim, missing_fraction):
+    mask = jax.random.uniform(rng_key, (num_examples, dim)) >= missing_fraction
+    rows = jnp.arange(num_examples)
+    cols = jnp.arange(dim)
+    mask = mask.at[rows, rows % dim].set(True)
+    return mask.at[cols % num_examples, cols].set(True)
+
+
+def generate(rng_key, num_examples: int = 100, dim: int = 12, num_vqs: int = 3,
+             num_states: int = 4, *, separation: float = 3.0, noise_scale: float = 0.3,
+             missing_fraction: float = 0.0) -> MCVQData:
+    """A planted MCVQ and data drawn from it by the program.
+
+    The D dimensions are split into K balanced groups at random (group sizes
+    differ by at most one; ``dim >= num_vqs`` needed, so every VQ explains some
+    dimension): the planted r, shared by all examples. Means mu ~ Normal(0,
+    ``separation``) and standard deviations ``noise_scale`` everywhere; states
+    s ~ uniform; then x is sampled from ``model(shared_r=True)`` with r
+    conditioned to the partition.
+
+    Parameters
+    ----------
+    rng_key : jax.random key
+    num_examples, dim, num_vqs, num_states : int
+        N, D, K, J.
+    separation : float
+        Standard deviation of the means (in units where ``noise_scale`` is the noise).
+    noise_scale : float
+        sigma of every state.
+    missing_fraction : float
+        Fraction of entries marked missing in ``mask`` (see :func:`random_mask`).
+
+    Returns
+    -------
+    MCVQData
+    """
+    num_examples = check_positive_int(num_examples, "num_examples")
+    num_vqs = check_positive_int(num_vqs, "num_vqs")
+    dim = check_positive_int(dim, "dim")
+    if dim < num_vqs:
+        raise ValueError(f"dim must be at least num_vqs={num_vqs} (every VQ explains a "
+                         f"dimension); got {dim}")
+    num_states = check_positive_int(num_states, "num_states")
+    check_positive(separation, "separation")
+    check_positive(noise_scale, "noise_scale")
+    check_probability(missing_fraction, "missing_fraction")
+    if missing_fraction >= 1:
+        raise ValueError(f"missing_fraction must be below 1; got {missing_fraction}")
+    return _generate(rng_key, float(separation), float(noise_scale), float(missing_fraction),
+                     num_examples, dim, num_vqs, num_states)
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _generate(rng_key, separation, noise_scale, missing_fraction, num_examples, dim, num_vqs,
+              num_states):
+    """:func:`generate` after its checks, jitted (one compilation per set of sizes)."""
+    keys = jax.random.split(rng_key, 4)
+    r = jax.random.permutation(keys[0], jnp.arange(dim) % num_vqs).astype(jnp.int32)
+    mu = separation * jax.random.normal(keys[1], (dim, num_vqs, num_states))
+    sigma = jnp.full((dim, num_vqs, num_states), noise_scale)
+    program = handlers.condition(model, {"r": r})
+    trace = handlers.trace(handlers.seed(program, keys[2])).get_trace(
+        None, mu=mu, sigma=sigma, num_examples=num_examples, shared_r=True)
+    mask = _random_mask(keys[3], num_examples, dim, missing_fraction)
+    return MCVQData(trace["x"]["value"], mask, trace["s"]["value"].astype(jnp.int32), r, mu,
+                    sigma)
+
+
+#: Metadata, registered under "mcvq" (see ``ppl_models.registry``).
+INFO = register(ModelInfo(
+    name="mcvq",
+    model=model,
+    generate=generate,
+    observed_site="x",
+    latent_sites={
+        "s": "(num_examples, K) state of every VQ",
+        "r": "(num_examples, D) VQ that explains each dimension ((D,) with shared_r=True)",
+        "mu": "(D, K, J) means; a latent site only when mu=None",
+        "sigma": "(D, K, J) standard deviations; a latent site only when sigma=None",
+    },
+    algorithms=("fit_mcvq",),
+    reference="Ross and Zemel (MCVQ); seed 004 sec. 2-3, seed 003",
+))
