@@ -32,7 +32,6 @@ Kingma, Ba, "Adam", ICLR 2015.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from functools import partial
@@ -46,8 +45,8 @@ from numpyro import handlers
 from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import NUTS, SVI, TraceMeanField_ELBO, init_to_median, init_to_value
 from numpyro.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
-from tqdm.auto import tqdm
 
+from inference._progress import progress, tick
 from inference.clipped_gaussian import model_moments
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
@@ -66,33 +65,6 @@ MAX_MCMC_DIMENSION = 5000
 R_HAT_THRESHOLD = 1.1
 #: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
 _FINAL_FRACTION = 0.01
-
-_PROGRESS: dict = {"bar": None}
-
-
-def _advance(count):
-    if _PROGRESS["bar"] is not None:
-        _PROGRESS["bar"].update(int(count))
-
-
-@contextlib.contextmanager
-def _progress(loop_length, num_loops, desc, show):
-    """A tqdm bar that jitted loops advance through ``_tick``; yields the tick spacing."""
-    bar = tqdm(total=loop_length * num_loops, desc=desc, leave=False, disable=not show)
-    _PROGRESS["bar"] = bar if show else None
-    try:
-        yield max(1, loop_length // 100) if show else 0
-    finally:
-        _PROGRESS["bar"] = None
-        bar.close()
-
-
-def _tick(i, every):
-    """Advance the tqdm bar by ``every`` from inside a jitted loop (``every=0``: no bar)."""
-    if every:
-        jax.lax.cond((i + 1) % every == 0, lambda: jax.debug.callback(_advance, every),
-                     lambda: None)
-
 
 def _check_common(s, num_hidden, rng_key, noise, bias, caller):
     if rng_key is None:
@@ -182,7 +154,7 @@ def _svi_run(rng_key, spins, noise, learning_rate, init_weights, *, num_hidden, 
 
     def step(state, i):
         state, loss = svi.update(state, spins, **kwargs)
-        _tick(i, progress_every)
+        tick(i, progress_every)
         return state, loss
 
     def block(state, start):
@@ -279,7 +251,7 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
     num_units = spins.shape[1]
     key_init, key_run = jax.random.split(rng_key)
     init_weights = _initial_weights(key_init, init_weights, num_units, num_hidden)
-    with _progress(num_steps, 1, "clipped SVI", progress_bar) as progress_every:
+    with progress(num_steps, "clipped SVI", progress_bar) as progress_every:
         weights, xi, losses, loc, scale = jax.block_until_ready(_svi_run(
             key_run, spins, jnp.asarray(noise, spins.dtype),
             jnp.asarray(learning_rate, spins.dtype), init_weights.astype(spins.dtype),
@@ -364,7 +336,7 @@ def _nuts_chain(rng_key, spins, noise, init_weights, *, num_hidden, bias, num_wa
 
     def body(state, i):
         state = kernel.sample(state, (spins,), kwargs)
-        _tick(i, progress_every)
+        tick(i, progress_every)
         xi = state.z["xi"] if bias else jnp.zeros(num_units, spins.dtype)
         return state, (state.z["W"], xi, state.potential_energy, state.diverging,
                        state.num_steps)
@@ -449,8 +421,8 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
     settings = dict(num_hidden=num_hidden, bias=bias, num_warmup=num_warmup,
                     num_samples=num_samples, target_accept_prob=float(target_accept_prob),
                     max_tree_depth=max_tree_depth)
-    with _progress(num_warmup + num_samples, num_chains, "clipped NUTS",
-                   progress_bar) as every:
+    with progress((num_warmup + num_samples) * num_chains, "clipped NUTS",
+                   progress_bar, loop_length=num_warmup + num_samples) as every:
         chains = [_nuts_chain(keys[c], spins, jnp.asarray(noise, spins.dtype),
                               starts[c].astype(spins.dtype), progress_every=every, **settings)
                   for c in range(num_chains)]

@@ -39,7 +39,6 @@ evaluation using leave-one-out cross-validation and WAIC", Stat. Comput. 27 (201
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from functools import partial
@@ -54,8 +53,8 @@ from numpyro.contrib.funsor import enum
 from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import NUTS, SVI, TraceEnum_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
-from tqdm.auto import tqdm
 
+from inference._progress import progress, tick
 from inference.mixture import _kmeans_plus_plus, component_log_joint, criteria
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -79,33 +78,6 @@ R_HAT_THRESHOLD = 1.1
 _FINAL_FRACTION = 0.01
 #: Draws per batch when the per-example log-likelihood of all draws is computed.
 _DRAW_BATCH = 64
-
-_PROGRESS: dict = {"bar": None}
-
-
-def _advance(count):
-    if _PROGRESS["bar"] is not None:
-        _PROGRESS["bar"].update(int(count))
-
-
-@contextlib.contextmanager
-def _progress(total, desc, show):
-    """A tqdm bar that jitted loops advance through ``_tick``; yields the tick spacing."""
-    bar = tqdm(total=total, desc=desc, leave=False, disable=not show)
-    _PROGRESS["bar"] = bar if show else None
-    try:
-        yield max(1, total // 100) if show else 0
-    finally:
-        _PROGRESS["bar"] = None
-        bar.close()
-
-
-def _tick(i, every):
-    """Advance the tqdm bar by ``every`` from inside a jitted loop (``every=0``: no bar)."""
-    if every:
-        jax.lax.cond((i + 1) % every == 0, lambda: jax.debug.callback(_advance, every),
-                     lambda: None)
-
 
 # --- the program's parameters: sites <-> (weights, means, covariances) -----------------
 
@@ -256,7 +228,7 @@ def _svi_run(rng_key, x, init_values, step_size, prior_scale, *, covariance, num
 
     def step(state, i):
         state, loss = svi.update(state, x, **kwargs)
-        _tick(i, progress_every)
+        tick(i, progress_every)
         return state, loss
 
     state, losses = jax.lax.scan(step, state, jnp.arange(num_steps))
@@ -346,7 +318,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     weights, means, cov = _initial_parameters(key_means, x, k, covariance, init_means,
                                               init_weights, init_covariances)
     init_values = _site_values(weights, means, cov, covariance)
-    with _progress(num_steps, "mixture SVI", progress_bar) as every:
+    with progress(num_steps, "mixture SVI", progress_bar) as every:
         sites, losses, log_prior = jax.block_until_ready(_svi_run(
             key_run, x, init_values, jnp.asarray(step_size, x.dtype),
             jnp.asarray(prior_scale, x.dtype), covariance=covariance, num_components=k,
@@ -500,7 +472,7 @@ def _nuts_chain(rng_key, x, init_values, prior_scale, *, covariance, num_compone
 
     def body(state, i):
         state = kernel.sample(state, (x,), kwargs)
-        _tick(i, progress_every)
+        tick(i, progress_every)
         return state, (constrain(state.z), state.potential_energy, state.diverging,
                        state.num_steps)
 
@@ -637,7 +609,7 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
                     num_samples=num_samples, target_accept_prob=float(target_accept_prob),
                     max_tree_depth=max_tree_depth)
     prior = jnp.asarray(prior_scale, x.dtype)
-    with _progress((num_warmup + num_samples) * num_chains, "mixture NUTS",
+    with progress((num_warmup + num_samples) * num_chains, "mixture NUTS",
                    progress_bar) as every:
         chains = [_nuts_chain(keys[c], x, starts[c], prior, progress_every=every, **settings)
                   for c in range(num_chains)]
