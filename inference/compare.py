@@ -248,5 +248,6 @@ def _load_comparisons():
         compare_gvq,  # noqa: F401
         compare_gvq_association,  # noqa: F401
         compare_gvq_learning,  # noqa: F401
+        compare_mcvq,  # noqa: F401
         compare_mixture,  # noqa: F401
     )

@@ -41,9 +41,18 @@ sigma ~ HalfNormal(``prior_scale``) (sites "mu", "sigma"), as the Bayesian MCVQ
 of the slides (seed 003; MODELS.md 4.4) puts priors on the Gaussian
 parameters; a and b stay point values (the slides point-estimate them too).
 
-Note: x_d depends on s through the index r_d, across the "vqs" plate, so
-NumPyro's plate-wise parallel enumeration (TraceEnum_ELBO) does not apply to
-r and s; exact checks enumerate joint configurations explicitly.
+Enumerable form (``enumerable=True``). As written, x_d depends on s through
+the index r_d, across the "vqs" plate, so NumPyro's plate-wise parallel
+enumeration (TraceEnum_ELBO) cannot sum s out. With ``enumerable=True`` the
+program draws the state of each VQ as its own site, "s_0" .. "s_{K-1}" (each
+(N, 1), inside the examples plate only), and builds the mean and scale of x_d
+by broadcasting, loc = sum_k [r_d = k] mu[d, k, s_k], so that enumerated values
+(with their extra leading dimensions) flow through unchanged; r stays one site
+in the examples and dims plates. The generative story and the joint density
+are those of the default form (tested in ``tests/test_mcvq_baselines.py``);
+enumerating every site costs about J^K K terms per example and dimension
+(``inference.mcvq_baselines`` states the limit). ``shared_r=True`` is not
+available in this form (r shared by all examples couples them: K^D terms).
 
 References
 ----------
@@ -86,7 +95,7 @@ def _sizes(x, mu, a, b, num_vqs, num_states, num_examples, dim):
 
 def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=None,
           num_states=None, num_examples=None, dim=None, shared_r: bool = False,
-          prior_scale: float = 10.0):
+          prior_scale: float = 10.0, enumerable: bool = False):
     """The MCVQ program; see the module docstring for sites, priors and ``shared_r``.
 
     Parameters
@@ -109,6 +118,9 @@ def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=Non
         Draw r once for all examples instead of per example.
     prior_scale : float
         Scale of the priors on mu and sigma.
+    enumerable : bool
+        The enumerable form (module docstring): sites "s_0" .. "s_{K-1}" of
+        shape (num_examples, 1) in place of "s" (num_examples, K); same density.
     """
     num_examples, dim, num_vqs, num_states = _sizes(x, mu, a, b, num_vqs, num_states,
                                                     num_examples, dim)
@@ -121,6 +133,11 @@ def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=Non
         mu = numpyro.sample("mu", dist.Normal(0.0, prior_scale).expand(shape).to_event(3))
     if sigma is None:
         sigma = numpyro.sample("sigma", dist.HalfNormal(prior_scale).expand(shape).to_event(3))
+    if enumerable:
+        if shared_r:
+            raise ValueError("model: enumerable=True needs shared_r=False (a shared r couples "
+                             "all examples); got shared_r=True")
+        return _enumerable_body(x, mask, mu, sigma, a, b, num_examples, dim, num_vqs)
     with numpyro.plate("examples", num_examples, dim=-2):
         with numpyro.plate("vqs", num_vqs, dim=-1):
             s = numpyro.sample("s", dist.Categorical(b))  # (N, K)
@@ -138,6 +155,30 @@ def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=Non
         mask = jnp.asarray(mask, bool)
         if x is not None:
             x = jnp.where(mask, x, 0.0)  # NaN at unobserved entries must not reach log_prob
+    fn = dist.Normal(loc, scale)
+    if mask is not None:
+        fn = fn.mask(mask)
+    with numpyro.plate("examples", num_examples, dim=-2), numpyro.plate("dims", dim, dim=-1):
+        return numpyro.sample("x", fn, obs=x)
+
+
+def _enumerable_body(x, mask, mu, sigma, a, b, num_examples, dim, num_vqs):
+    """Sites s_0 .. s_{K-1}, r and x of the enumerable form; values may carry enum dims."""
+    dims = jnp.arange(dim)
+    with numpyro.plate("examples", num_examples, dim=-2):
+        states = [numpyro.sample(f"s_{k}", dist.Categorical(b[k]).expand([num_examples, 1]))
+                  for k in range(num_vqs)]  # each (N, 1), or (J, 1, ..., 1) when enumerated
+        with numpyro.plate("dims", dim, dim=-1):
+            r = numpyro.sample("r", dist.Categorical(a))  # (N, D), or (K, 1, ..., 1)
+    loc = scale = 0.0
+    for k, s_k in enumerate(states):  # loc = sum_k [r_d = k] mu[d, k, s_k]
+        chosen = r == k
+        loc = jnp.where(chosen, mu[dims, k, s_k], loc)
+        scale = jnp.where(chosen, sigma[dims, k, s_k], scale)
+    if mask is not None:
+        mask = jnp.asarray(mask, bool)
+        if x is not None:
+            x = jnp.where(mask, x, 0.0)
     fn = dist.Normal(loc, scale)
     if mask is not None:
         fn = fn.mask(mask)
@@ -264,7 +305,9 @@ INFO = register(ModelInfo(
         "r": "(num_examples, D) VQ that explains each dimension ((D,) with shared_r=True)",
         "mu": "(D, K, J) means; a latent site only when mu=None",
         "sigma": "(D, K, J) standard deviations; a latent site only when sigma=None",
+        "s_0 .. s_{K-1}": "(num_examples, 1) state of each VQ, in place of s when "
+                          "enumerable=True",
     },
-    algorithms=("fit_mcvq",),
+    algorithms=("fit_mcvq", "fit_mcvq_svi", "fit_mcvq_meanfield_svi"),
     reference="Ross and Zemel (MCVQ); seed 004 sec. 2-3, seed 003",
 ))
