@@ -47,3 +47,15 @@ def test_mixture_tour_runs():
     assert em.L_stocha <= hard.L_map <= kmeans.L_NN
     assert namespace["choice"].choice == 4
     assert namespace["svi"].log_likelihood <= -em.L_stocha + 1e-3
+
+
+@pytest.mark.slow
+def test_mcvq_tour_runs():
+    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tour = next(t for t in tours if "fit_mcvq" in t)
+    namespace = {}
+    exec(compile(tour, "README.md", "exec"), namespace)
+    # Each VQ owns one shape; the test RMS is near the 0.44 floor of J = 5 states for the
+    # 9 positions of a shape (examples/mcvq_shapes.py), far below one VQ for everything.
+    assert namespace["shapes"].purity(namespace["fit"].g)["purity"] > 0.95
+    assert namespace["rms"] < 0.5
