@@ -37,3 +37,7 @@ __all__ += ["compare_criteria", "select_num_components"]
 from inference.mcvq import MCVQResult, fit_mcvq, infer_states, reconstruct  # noqa: E402
 
 __all__ += ["MCVQResult", "fit_mcvq", "infer_states", "reconstruct"]
+
+from inference.vb_mixture import VBMixtureResult, fit_vb_mixture  # noqa: E402
+
+__all__ += ["VBMixtureResult", "fit_vb_mixture"]
