@@ -91,22 +91,6 @@ def fit_best(x, key, *, num_restarts, num_iterations, variance_floor):
     return result, int(np.sum(~np.asarray(result.restart_converged)))
 
 
-def sweep_baselines(x_train, x_test, sizes, seed, bits):
-    """PCA, NMF and VQ over their sizes; the project's warnings (an NMF size that did not
-    converge) are collected and returned as text, any others passed on."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ZooWarning)
-        curves = {method: dl.baseline_curve(method, x_train, x_test, sizes[method], seed=seed,
-                                            bits_per_parameter=bits, bits_per_coefficient=bits)
-                  for method in ("pca", "nmf", "vq")}
-    for caught_warning in caught:
-        if not issubclass(caught_warning.category, ZooWarning):
-            warnings.showwarning(caught_warning.message, caught_warning.category,
-                                 caught_warning.filename, caught_warning.lineno)
-    return curves, sorted({str(w.message) for w in caught
-                           if issubclass(w.category, ZooWarning)})
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -155,7 +139,8 @@ def main(argv=None):
                 "converged": result.converged, "unconverged_calls": unconverged,
                 "seconds": fit_seconds}
 
-    curves, baseline_warnings = sweep_baselines(x_train, x_test, sizes, args.seed, args.bits)
+    curves, baseline_warnings = dl.baseline_curves(x_train, x_test, sizes, seed=args.seed,
+                                                   bits_per_real=args.bits)
     matched = {method: dl.match_description_length(rows, bits.total_bits)
                for method, rows in curves.items()}
     rms = {"mcvq": mcvq_row["rms"], **{k: row["rms"] for k, row in matched.items()}}

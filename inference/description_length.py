@@ -77,7 +77,8 @@ from ppl_models.validation import check_data, check_positive_int
 
 __all__ = ["BITS_PER_REAL", "NMF_SHIFT", "METHODS", "DescriptionLength", "mcvq_bits",
            "pca_bits", "nmf_bits", "vq_bits", "description_length", "rms_error", "fit_pca",
-           "fit_nmf", "fit_vq", "baseline_curve", "match_description_length", "mcvq_decode"]
+           "fit_nmf", "fit_vq", "baseline_curve", "baseline_curves", "match_description_length",
+           "mcvq_decode"]
 
 #: Bits per real number (parameter or coefficient), our choice (module docstring).
 BITS_PER_REAL = 8
@@ -407,6 +408,36 @@ def baseline_curve(method: str, x_train, x_test, sizes, *, seed: int = 0,
                      "model_bits": bits.model_bits, "encoding_bits": bits.encoding_bits,
                      "bits": bits.total_bits, "reconstruction": recon})
     return rows
+
+
+def baseline_curves(x_train, x_test, sizes, *, seed: int = 0,
+                    bits_per_real: float = BITS_PER_REAL):
+    """:func:`baseline_curve` of PCA, NMF and VQ, with their warnings gathered as text.
+
+    ``sizes`` maps each method to its sizes. The project's warnings (an NMF
+    size that did not converge) are returned, sorted and deduplicated, instead
+    of raised, so that a sweep reports them in its table; other warnings pass on.
+
+    Returns
+    -------
+    curves : dict
+        Method -> rows of :func:`baseline_curve`.
+    notes : list of str
+    """
+    from ppl_models.diagnostics import ZooWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ZooWarning)
+        curves = {method: baseline_curve(method, x_train, x_test, sizes[method], seed=seed,
+                                         bits_per_parameter=bits_per_real,
+                                         bits_per_coefficient=bits_per_real)
+                  for method in METHODS[1:]}
+    for caught_warning in caught:
+        if not issubclass(caught_warning.category, ZooWarning):
+            warnings.showwarning(caught_warning.message, caught_warning.category,
+                                 caught_warning.filename, caught_warning.lineno)
+    return curves, sorted({str(w.message) for w in caught
+                           if issubclass(w.category, ZooWarning)})
 
 
 def match_description_length(rows, target_bits: float):
