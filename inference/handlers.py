@@ -109,15 +109,26 @@ def map_gaussian(fn: dist.Distribution, leaf: Callable[[dist.Normal], dist.Distr
 
 
 def _expand(fn, batch_shape):
-    """``fn.expand(batch_shape)``, but a Normal stays a Normal with broadcast parameters."""
+    """Re-apply the expansion ``fn.expand(batch_shape)`` that the rebuild unwrapped.
+
+    A ``Normal`` (or ``ClippedNormal``) stays one, with broadcast parameters, so that
+    the noise of a rebuilt site can be read and set again. The noiseless limits
+    (``NoiselessGaussian``, ``NoiselessClip``) have no noise left to set: their
+    expansion stays lazy, an ``ExpandedDistribution`` over the unexpanded base, so a
+    plate over N examples of k conditioned components keeps a (k, 1, d) ``loc``
+    instead of materialising (k, N, d) copies of it. Inference that evaluates the
+    site for many examples can then read the per-component base (e.g. the
+    ||x||^2 - 2 x . m + ||m||^2 form of ``inference.mixture``); ``log_prob``,
+    ``sample`` and ``mean`` of the expansion are those of the broadcast copy.
+    """
     if isinstance(fn, dist.Normal):
         return dist.Normal(jnp.broadcast_to(fn.loc, batch_shape),
                            jnp.broadcast_to(fn.scale, batch_shape))
     if isinstance(fn, ClippedNormal):
         return ClippedNormal(jnp.broadcast_to(fn.loc, batch_shape),
                              jnp.broadcast_to(fn.scale, batch_shape))
-    if isinstance(fn, NoiselessGaussian | NoiselessClip):
-        return type(fn)(jnp.broadcast_to(fn.loc, batch_shape))
+    if isinstance(fn, NoiselessGaussian | NoiselessClip) and fn.batch_shape == tuple(batch_shape):
+        return fn
     return fn.expand(batch_shape)
 
 

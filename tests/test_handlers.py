@@ -391,3 +391,32 @@ def test_noiseless_gvq_energy_for_every_state(sigma):
     expected = np.sum((xx[None] - (S @ F)[:, None, :]) ** 2, axis=(1, 2))
     assert energies.shape == (2**num_features,)
     np.testing.assert_allclose(energies, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_noiseless_keeps_a_plates_expansion_lazy():
+    """A plate over N examples of k conditioned means: the rebuilt site keeps the (k, 1, d)
+    loc (no (k, N, d) copy), and scores, samples and averages like the broadcast copy."""
+    means = jnp.asarray([[0.5, -1.0], [2.0, 0.25], [-1.5, 1.0]])
+    x = jnp.asarray([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.5], [2.0, 2.0]])
+
+    def conditioned(x=None):
+        with numpyro.plate("examples", 4):
+            y = numpyro.sample("y", dist.Categorical(jnp.ones(3) / 3))
+            numpyro.sample("x", dist.Normal(means[y], 0.5).to_event(1), obs=x)
+
+    program_k = handlers.condition(conditioned, {"y": jnp.arange(3)[:, None]})
+    site = handlers.trace(noiseless(program_k)).get_trace(x)["x"]
+    fn, depth = site["fn"], 0
+    while isinstance(fn, dist.Independent | dist.ExpandedDistribution):
+        fn, depth = fn.base_dist, depth + 1
+    assert depth == 2 and fn.loc.shape == (3, 1, 2)  # Independent(Expanded(base))
+    assert site["fn"].batch_shape == (3, 4)
+    expected = -np.sum((np.asarray(x)[None] - np.asarray(means)[:, None]) ** 2, axis=-1)
+    np.testing.assert_array_equal(site["fn"].log_prob(x), expected)
+    np.testing.assert_array_equal(site["fn"].mean, np.broadcast_to(means[:, None], (3, 4, 2)))
+    generated = handlers.trace(handlers.seed(noiseless(program_k, sites="x"), 0)).get_trace()
+    np.testing.assert_array_equal(generated["x"]["value"],
+                                  np.broadcast_to(means[:, None], (3, 4, 2)))
+    # observation_noise still rebuilds a Normal with broadcast parameters (its noise is read).
+    noisy = handlers.trace(observation_noise(program_k, sigma=2.0)).get_trace(x)["x"]["fn"]
+    assert isinstance(noisy.base_dist, dist.Normal) and noisy.base_dist.scale.shape == (3, 4, 2)

@@ -12,6 +12,8 @@ from numpyro.infer.util import log_density
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
+from inference import mixture as mixture_fit
+from inference.handlers import noiseless
 from inference.mixture import component_log_joint, criteria, fit_mixture
 from inference.mixture_selection import compare_criteria, num_parameters, select_num_components
 from ppl_models import mixture as mx
@@ -95,6 +97,93 @@ def test_e_step_is_the_programs_enumerated_posterior(data64):
         # ... and summing y out by enumeration gives the mixture log-likelihood.
         total, _ = enum_log_density(enum(mx.model, first_available_dim=-2), (x,), params, {})
     assert float(total) == pytest.approx(np.sum(np.logaddexp.reduce(table, axis=1)), rel=1e-12)
+
+
+@pytest.mark.parametrize("covariance, limit", [("full", False), ("diag", False),
+                                               ("spherical", False), ("spherical", True)])
+def test_gemm_log_joint_equals_the_programs_log_density(covariance, limit):
+    """The one-GEMM evaluation t(x) @ eta^T equals NumPyro's log-density of the program.
+
+    Data far from the origin (offset 40), so that centring matters; float64, 1e-12.
+    """
+    rng = np.random.default_rng(3)
+    with jax.enable_x64(True):
+        x = rng.normal(size=(25, 3)) + 40.0
+        means = jnp.asarray(rng.normal(size=(4, 3)) + 40.0)
+        weights = jnp.asarray([0.1, 0.2, 0.3, 0.4])
+        a = rng.normal(size=(4, 3, 3))
+        cov = jnp.asarray(a @ a.transpose(0, 2, 1) + 0.5 * np.eye(3))
+        if covariance != "full":
+            cov = jnp.asarray(mixture_fit._project(cov, covariance))
+        program_cov = "spherical" if limit else covariance
+        kwargs = dict(mixture_fit._program_kwargs(weights, means, cov, program_cov),
+                      covariance=program_cov)
+        model = noiseless(mx.model) if limit else mx.model
+        table = np.asarray(component_log_joint(x, weights, means, cov, covariance=program_cov,
+                                               limit=limit))
+        trace = mixture_fit._trace_components(x, weights, means, cov, program_cov, None,
+                                              limit)
+        family = mixture_fit._base_density(trace["x"]["fn"], 4)[0]  # the GEMM path is taken
+        assert family == ("noiseless" if limit else covariance)
+        expected = np.array([[float(log_density(model, (x[i:i + 1],), kwargs,
+                                                {"y": jnp.asarray([j])})[0])
+                              for j in range(4)] for i in range(25)])
+    np.testing.assert_allclose(table, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_moment_m_step_falls_back_to_the_exact_scatter_where_it_would_cancel():
+    """float32: a tight cluster far from the data's centre. Its covariance from the raw
+    moments E[z z^T] - E[z] E[z]^T would be noise (checked below); the M-step notices
+    and centres at the new means, matching a float64 fit to float32 accuracy."""
+    rng = np.random.default_rng(4)
+    near = rng.normal(size=(300, 2))
+    far = 1000.0 + 0.01 * rng.normal(size=(300, 2)) @ np.array([[1.0, 0.5], [0.0, 1.0]])
+    x = np.concatenate([near, far])
+    start = dict(init_means=np.array([[0.0, 0.0], [1000.0, 1000.0]]),
+                 init_covariances=np.stack([np.eye(2), 1e-4 * np.eye(2)]), max_iterations=3,
+                 tol=0.0, prune=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fits = {mode: fit_mixture(x.astype(np.float32), 2, mode=mode, **start)
+                for mode in ("stochastic", "map")}
+        with jax.enable_x64(True):
+            exact = {mode: fit_mixture(x, 2, mode=mode, **start) for mode in fits}
+    tight = np.cov(far.T, bias=True)
+    for mode, fit in fits.items():
+        np.testing.assert_allclose(np.asarray(exact[mode].covariances[1]), tight + 1e-6 * np.eye(2),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(fit.covariances), np.asarray(exact[mode].covariances),
+                                   rtol=1e-3, atol=1e-8)
+    # The moment form in float32 is wrong by far more than that tolerance.
+    z = (x - x.mean(0)).astype(np.float32)[300:]
+    moments = (z.T @ z) / np.float32(300) - np.outer(z.mean(0), z.mean(0))
+    assert np.max(np.abs(moments - tight)) > 100 * np.max(np.abs(tight))
+
+
+def test_float32_fits_match_scikit_learn_from_the_same_start():
+    """float32, both sides: k-means inertia and EM log-likelihood within 1e-5 relative."""
+    d = mx.generate(jax.random.key(8), 3000, 5, 4, separation=3.0)
+    x = np.asarray(d.x, np.float32)
+    start = x[np.random.default_rng(8).choice(3000, 5, replace=False)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # not converged (tol=0) on both sides
+        ours = fit_mixture(x, 5, mode="nearest", init_means=start, prune=False,
+                           max_iterations=10, tol=0.0)
+        peer = KMeans(5, init=start, n_init=1, algorithm="lloyd", tol=0.0, max_iter=10).fit(x)
+        cov = np.stack([np.eye(4, dtype=np.float32)] * 5)
+        em = fit_mixture(x, 5, mode="stochastic", prune=False, init_means=start,
+                         init_weights=np.full(5, 0.2), init_covariances=cov,
+                         max_iterations=10, tol=0.0)
+        gm = GaussianMixture(5, covariance_type="full", max_iter=10, tol=0.0,
+                             weights_init=np.full(5, 0.2, np.float32), means_init=start,
+                             precisions_init=cov, reg_covar=1e-6).fit(x)
+    x64 = x.astype(np.float64)
+    inertia = np.min(((x64[:, None] - np.asarray(ours.means, np.float64)[None]) ** 2).sum(-1),
+                     1).sum()
+    assert inertia == pytest.approx(peer.inertia_, rel=1e-5)
+    assert np.mean(np.asarray(ours.labels) == peer.labels_) > 0.999
+    assert -em.L_stocha == pytest.approx(gm.score(x), rel=1e-5)
+    np.testing.assert_allclose(np.asarray(em.weights), gm.weights_, atol=1e-4)
 
 
 @pytest.mark.slow
@@ -221,7 +310,10 @@ def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k():
 def test_mml_weight_rule_prunes_redundant_components_the_literal_rule_keeps():
     # Four clusters of at least 60 points, 12 components started at random examples
     # (sec. 5.2). Measured on six seeds: the literal rule keeps 11-12 with either EM;
-    # EM with MML weights ends at 4, 6, 5, 6, 5, 9 (seed 0 here: 4).
+    # EM with MML weights ends at 4, 6, 5, 6, 5, 9. The count of one run depends on
+    # float32 rounding over some 400 iterations: seed 0 here ended at 4 on one machine,
+    # 7 on another and 5 after the E-step became a matrix product. Asserted: MML prunes
+    # at least three of the eight redundant components and never goes below the truth.
     d = mx.generate(jax.random.key(0), 800, 4, 2, separation=5.0, min_weight=60 / 800)
     kwargs = dict(init="random", rng_key=jax.random.key(100), max_iterations=1000)
     with warnings.catch_warnings():
@@ -229,11 +321,30 @@ def test_mml_weight_rule_prunes_redundant_components_the_literal_rule_keeps():
         literal = fit_mixture(d.x, 12, mode="map", **kwargs)
     mml = fit_mixture(d.x, 12, mode="stochastic", weight_rule="mml", **kwargs)
     assert literal.num_components >= 10
-    assert mml.num_components == 4
+    assert 4 <= mml.num_components <= literal.num_components - 3
     trace = np.asarray(mml.num_components_trace)
-    assert trace[0] <= 12 and trace[-1] == 4 and np.all(np.diff(trace) <= 0)
-    assert np.all(np.asarray(mml.weights) > 0) and mml.weights.shape == (4,)
+    assert trace[0] <= 12 and trace[-1] == mml.num_components and np.all(np.diff(trace) <= 0)
+    assert np.all(np.asarray(mml.weights) > 0)
+    assert mml.weights.shape == (mml.num_components,)
     with pytest.raises(ValueError, match="weight_rule"):
         fit_mixture(d.x, 4, weight_rule="mdl", rng_key=jax.random.key(0))
     with pytest.raises(ValueError, match="prune=True"):
         fit_mixture(d.x, 4, weight_rule="mml", prune=False, rng_key=jax.random.key(0))
+
+
+def test_kmeans_needs_no_d_plus_one_points_and_pruning_everything_is_an_error():
+    """k-means (``mode="nearest"``, spherical) keeps clusters of fewer than d + 1 points.
+
+    100 examples in 121 dimensions (the MCVQ shapes images): k-means with 4 clusters
+    keeps all 4 (the default ``min_count`` is 2 for the spherical family it fits, not
+    the d + 1 of full covariances), while full-covariance EM, whose components all have
+    fewer than d + 1 points, is told so by a clear error instead of an empty model.
+    """
+    from ppl_models.datasets import shapes
+
+    x = shapes.generate(jax.random.key(0)).x_train
+    kmeans = fit_mixture(x, 4, mode="nearest", rng_key=jax.random.key(1))
+    assert kmeans.num_components == 4
+    assert np.bincount(np.asarray(kmeans.labels), minlength=4).min() >= 1
+    with pytest.raises(ValueError, match="pruning discarded all 4 components"):
+        fit_mixture(x, 4, rng_key=jax.random.key(1))
