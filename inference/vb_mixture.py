@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, multigammaln
 
+from inference.mixture import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_positive_int
 from ppl_models.vb_mixture import VBPrior, prior_from_data
@@ -349,22 +350,6 @@ def step(state: VBMixtureState, x, prior: VBPrior, prune_threshold, covariance: 
     info = VBMixtureInfo(new_bound, new_bound - state.bound, jnp.sum(active),
                          jnp.sum(jnp.where(prune, counts, 0.0)))
     return new_state, info
-
-
-def _kmeans_plus_plus(rng_key, x, k):
-    """k-means++ seeding (Arthur and Vassilvitskii 2007): k rows of x, spread out."""
-    keys = jax.random.split(rng_key, k)
-    first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
-    centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
-    nearest = jnp.sum((x - first) ** 2, axis=1)
-
-    def body(i, carry):
-        centres, nearest = carry
-        p = nearest / jnp.maximum(jnp.sum(nearest), jnp.finfo(x.dtype).tiny)
-        pick = x[jax.random.choice(keys[i], x.shape[0], p=p)]
-        return centres.at[i].set(pick), jnp.minimum(nearest, jnp.sum((x - pick) ** 2, axis=1))
-
-    return jax.lax.fori_loop(1, k, body, (centres, nearest))[0]
 
 
 def init(rng_key, x, max_components: int, prior: VBPrior,
