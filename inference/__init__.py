@@ -41,3 +41,7 @@ __all__ += ["MCVQResult", "fit_mcvq", "infer_states", "reconstruct"]
 from inference.vb_mixture import VBMixtureResult, fit_vb_mixture  # noqa: E402
 
 __all__ += ["VBMixtureResult", "fit_vb_mixture"]
+
+from inference.vb_mcvq import VBMCVQResult, fit_vb_mcvq  # noqa: E402
+
+__all__ += ["VBMCVQResult", "fit_vb_mcvq"]
