@@ -121,7 +121,7 @@ from inference import mcvq as em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
-from ppl_models.validation import check_positive_int
+from ppl_models.validation import check_fraction, check_positive_int
 
 __all__ = ["VBMCVQState", "VBMCVQInfo", "VBMCVQResult", "init", "step", "bound",
            "fit_vb_mcvq"]
@@ -502,14 +502,6 @@ class VBMCVQResult(NamedTuple):
     prior: MCVQPrior
 
 
-def _check_fraction(value, name):
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise TypeError(f"{name} must be a number in (0, 1); got {value!r}")
-    if not 0.0 < float(value) < 1.0:
-        raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}")
-    return float(value)
-
-
 def _schedule(temperature_schedule, max_iterations):
     if temperature_schedule is None:
         return np.ones(max_iterations)
@@ -612,7 +604,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     max_states = check_positive_int(max_states, "max_states")
     if rng_key is None:
         raise TypeError("fit_vb_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
-    prune_threshold = _check_fraction(prune_threshold, "prune_threshold")
+    prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     if isinstance(tol, bool) or not isinstance(tol, int | float | np.floating):
         raise TypeError(f"tol must be a positive number; got {tol!r}")

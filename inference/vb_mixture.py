@@ -84,7 +84,7 @@ from jax.scipy.special import digamma, multigammaln
 
 from inference.mixture import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive_int
+from ppl_models.validation import check_data, check_fraction, check_positive_int
 from ppl_models.vb_mixture import VBPrior, prior_from_data
 
 #: Covariance families: full precision matrices (Wishart) or diagonal ones (Gamma).
@@ -489,14 +489,6 @@ class VBMixtureResult(NamedTuple):
     covariance: str
 
 
-def _check_fraction(value, name):
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise TypeError(f"{name} must be a number in (0, 1); got {value!r}")
-    if not 0.0 < float(value) < 1.0:
-        raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}")
-    return float(value)
-
-
 def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
                    max_iterations: int = 500, tol: float = 1e-7, mean_prior_mean=None,
@@ -574,7 +566,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         why=" (the number of examples, rows of x)")
     if rng_key is None:
         raise TypeError("rng_key must be a jax.random key; got None")
-    prune_threshold = _check_fraction(prune_threshold, "prune_threshold")
+    prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     if isinstance(tol, bool) or not isinstance(tol, int | float | np.floating):
         raise TypeError(f"tol must be a positive number; got {tol!r}")

@@ -100,6 +100,15 @@ def check_probability(value, name: str):
     return _check_values(value, name, lambda a: (a >= 0) & (a <= 1), "in [0, 1]")
 
 
+def check_fraction(value, name: str) -> float:
+    """Check that ``value`` is one number strictly between 0 and 1; return it as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise TypeError(f"{name} must be a number in (0, 1); got {value!r}")
+    if not 0.0 < float(value) < 1.0:
+        raise ValueError(f"{name} must lie strictly between 0 and 1; got {value!r}")
+    return float(value)
+
+
 def check_positive(value, name: str):
     """Check that a concrete scalar or array is positive and finite; return it."""
     return _check_values(value, name, lambda a: np.isfinite(a) & (a > 0),
