@@ -121,7 +121,7 @@ from inference import mcvq as em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
-from ppl_models.validation import check_fraction, check_positive_int
+from ppl_models.validation import check_fraction, check_positive_int, check_tolerance
 
 __all__ = ["VBMCVQState", "VBMCVQInfo", "VBMCVQResult", "init", "step", "bound",
            "fit_vb_mcvq"]
@@ -606,10 +606,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         raise TypeError("fit_vb_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
-    if isinstance(tol, bool) or not isinstance(tol, int | float | np.floating):
-        raise TypeError(f"tol must be a positive number; got {tol!r}")
-    if not (math.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be positive and finite; got {tol!r}")
+    tol = check_tolerance(tol, "tol")
     x, mask = em._check_observed(x, mask, "x")
     for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
         empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))

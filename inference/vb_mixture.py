@@ -84,7 +84,7 @@ from jax.scipy.special import digamma, multigammaln
 
 from inference.mixture import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_fraction, check_positive_int
+from ppl_models.validation import check_data, check_fraction, check_positive_int, check_tolerance
 from ppl_models.vb_mixture import VBPrior, prior_from_data
 
 #: Covariance families: full precision matrices (Wishart) or diagonal ones (Gamma).
@@ -568,10 +568,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         raise TypeError("rng_key must be a jax.random key; got None")
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
-    if isinstance(tol, bool) or not isinstance(tol, int | float | np.floating):
-        raise TypeError(f"tol must be a positive number; got {tol!r}")
-    if not (math.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be positive and finite; got {tol!r}")
+    tol = check_tolerance(tol, "tol")
     prior = prior_from_data(x, mean_prior_mean=mean_prior_mean,
                             mean_prior_scale=mean_prior_scale, dof_prior=dof_prior,
                             covariance_prior=covariance_prior)

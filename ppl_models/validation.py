@@ -109,6 +109,15 @@ def check_fraction(value, name: str) -> float:
     return float(value)
 
 
+def check_tolerance(value, name: str = "tol") -> float:
+    """Check that ``value`` is one positive, finite number (a tolerance); return it as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise TypeError(f"{name} must be a positive number; got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite; got {value!r}")
+    return float(value)
+
+
 def check_positive(value, name: str):
     """Check that a concrete scalar or array is positive and finite; return it."""
     return _check_values(value, name, lambda a: np.isfinite(a) & (a > 0),
