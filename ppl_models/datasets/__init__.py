@@ -9,6 +9,10 @@ Submodules
 shapes
     The MCVQ shapes images (seed 004 sec. 5.1): box, triangle and cross at fixed
     horizontal and random vertical positions.
+causes
+    Shapes images with K causes, J positions and optional overlap between
+    neighbouring causes (seed 004 sec. 5.1 generalised; the slides' overlapping
+    causes, seed 003).
 faces
     Face images bundled with scikit-image, scaled to [-1, 1] (seed 004 sec. 5.1).
 ratings
