@@ -658,8 +658,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     images), from K = 8, J = 10, data seeds 100-119: without moves 7-8 VQs
     survive with the shapes split over several VQs (bounds 17,900-22,600 in
     seeds 0-5); with moves the bound rises to 23,000-24,700 and 6-8 VQs survive
-    (0 of 20 with 3): each shape has a VQ with 8-9 states, and the rest are
-    VQs of 2-7 states that take the pixels a shape lights at only a few of its
+    (0 of 20 with 3): two or three VQs of 8-9 states, one per shape, and VQs
+    of 2-7 states that take pixels a shape lights at only some of its
     positions. That is the bound's own preference, not a failure to reach 3:
     started from the true partition and positions, the 3-VQ solution converges
     to a bound of 20,787, below every solution the moves find. In the
