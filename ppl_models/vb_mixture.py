@@ -73,7 +73,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.util import validate_sample
 
 from ppl_models import mixture
-from ppl_models.registry import ModelInfo
+from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import check_data, is_traced
 
 __all__ = ["Wishart", "VBPrior", "prior_from_data", "check_prior", "model", "INFO"]
@@ -377,8 +377,9 @@ def model(x=None, *, weights, mean_prior_mean=None, mean_prior_scale=None, dof_p
                            obs=x)
 
 
-#: Metadata (not registered here: ``ppl_models/__init__.py`` decides what the registry holds).
-INFO = ModelInfo(
+#: Metadata, registered under "vb_mixture" (see ``ppl_models.registry``). Data: the
+#: planted mixtures of ``ppl_models.mixture.generate`` (its ``weights`` are the fixed alpha).
+INFO = register(ModelInfo(
     name="vb_mixture",
     model=model,
     generate=mixture.generate,
@@ -391,4 +392,4 @@ INFO = ModelInfo(
     },
     algorithms=("fit_vb_mixture",),
     reference="Corduneanu & Bishop (2001) sec. 2; Bishop PRML sec. 10.2",
-)
+))

@@ -31,6 +31,15 @@ SETTINGS = {
                  data=lambda data: data.x,
                  fixed=lambda data: {"mu": data.mu, "sigma": data.sigma},
                  unobserved=lambda data: {"num_examples": data.x.shape[0]}),
+    # Diagonal precisions: a Normal core, so the noise handlers apply. The hyperparameters
+    # are given, since sampling without x cannot derive them from the data.
+    "vb_mixture": dict(generate=dict(num_examples=6, num_components=2, dim=3),
+                       data=lambda data: data.x,
+                       fixed=lambda data: {"weights": data.weights, "covariance": "diag",
+                                           "mean_prior_mean": jnp.zeros(3),
+                                           "mean_prior_scale": 2.0, "dof_prior": 3.0,
+                                           "covariance_prior": 1.0},
+                       unobserved=lambda data: {"num_examples": data.x.shape[0]}),
 }
 
 

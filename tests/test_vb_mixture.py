@@ -105,6 +105,32 @@ def test_program_samples_and_scores(planted):
     np.testing.assert_allclose(prior.covariance, scale ** 2 * np.eye(2), rtol=1e-5)
 
 
+def test_registered_with_metadata_that_matches_the_program(planted):
+    import inference
+    from ppl_models import REGISTRY
+
+    info = REGISTRY["vb_mixture"]
+    assert info is program.INFO and info.model is program.model
+    assert info.generate is mixture.generate  # the fixture's data, weights included
+    assert all(callable(getattr(inference, name, None)) for name in info.algorithms)
+    # The metadata names exactly the latent sample sites of the two covariance families
+    # (traced abstractly: jax.eval_shape, nothing compiled or run).
+    hyper = dict(mean_prior_mean=jnp.zeros(2), mean_prior_scale=3.0, dof_prior=2.5,
+                 covariance_prior=1.5)
+    observed, sites = [], set()
+    for covariance in ("full", "diag"):
+        def latent(x, covariance=covariance):
+            trace = numpyro.handlers.trace(numpyro.handlers.seed(info.model, 0)).get_trace(
+                x, weights=planted.weights, covariance=covariance, **hyper)
+            observed.append(trace[info.observed_site]["is_observed"])
+            return {name: site["value"] for name, site in trace.items()
+                    if site["type"] == "sample" and not site["is_observed"]}
+
+        sites |= set(jax.eval_shape(latent, planted.x))
+    assert observed == [True, True]
+    assert sites == set(info.latent_sites)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"mean_prior_scale": 0.0}, "mean_prior_scale"),
     ({"mean_prior_scale": -1.0}, "mean_prior_scale"),
