@@ -26,7 +26,24 @@ all in d = 2 with the same number of examples. Each rule then estimates k:
   are counted (``inference.mixture_online.fit_online(method="rpcl")``);
 * scikit-learn's **BayesianGaussianMixture** (Dirichlet process prior, 12
   components, full covariances) as an outside reference: components with
-  weight above 1% are counted.
+  weight above 1% are counted;
+* **VB, pruning** (Corduneanu and Bishop 2001; ``shared/MODELS.md`` 4.4):
+  variational Bayes on the program with Wishart and Normal priors
+  (``ppl_models.vb_mixture``), the weights by type-II maximum likelihood,
+  started from the same 12 components as the pruning rules above (from a
+  k-means++ start, the one ``fit_vb_mixture`` has), a component removed when
+  its weight falls below 1e-5 (``inference.vb_mixture.fit_vb_mixture``, up to
+  1000 iterations like the other pruning runs); the survivors are counted;
+* **VB bound over k**: the same VB fit started at every candidate k (best of
+  the restarts by the bound), with a threshold of 1e-9 that only removes
+  components left without data. With type-II ML weights the best bound
+  cannot fall as k grows (a component of weight 0 with Q at the prior adds
+  nothing to L), so the largest bound can favour a smaller k only through
+  local optima; the rule takes the fit with the highest bound, counts the
+  fits within 1 nat of it as ties (a Bayes factor below e, "not worth more
+  than a bare mention", Kass and Raftery 1995) and reports the fewest
+  surviving components among them. Each candidate k compiles its own VB run,
+  so ``--quick`` leaves this rule out unless ``--vb-bound`` is given.
 
 The PSIS-LOO criterion (``criterion="loo"``, NUTS on the program) is left out
 of the study: a NUTS run per candidate and seed takes minutes here.
@@ -38,7 +55,8 @@ automatically; RPCL's rival penalty drives extra units away (sec. 6.2). The
 paper reports no experiment for any of these; the output states, rule by
 rule, how often it finds the truth here.
 
-Run: ``python examples/yingyang_selection.py [--quick] [--seeds N] [--output-dir DIR]``.
+Run: ``python examples/yingyang_selection.py [--quick] [--seeds N] [--output-dir DIR]
+[--[no-]vb-bound]``.
 """
 
 from __future__ import annotations
@@ -56,6 +74,7 @@ from inference.compare import jsonable
 from inference.mixture import fit_mixture
 from inference.mixture_online import fit_online
 from inference.mixture_selection import compare_criteria
+from inference.vb_mixture import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ZooWarning
 
@@ -63,6 +82,14 @@ from ppl_models.diagnostics import ZooWarning
 SEPARATIONS = (3.5, 5.0, 8.0)
 #: Criteria scored over the candidate k.
 CRITERIA = ("J", "L_map", "L_stocha", "bic", "aic")
+#: VB pruning threshold of the run from many components (``fit_vb_mixture``'s default),
+#: and the one of the fits over the candidate k: low enough to remove only empty components.
+VB_PRUNE_THRESHOLD, VB_BOUND_THRESHOLD = 1e-5, 1e-9
+#: Bounds within this many nats of the best count as ties (Kass and Raftery 1995: a Bayes
+#: factor below e is "not worth more than a bare mention").
+VB_BOUND_TIE = 1.0
+#: Iteration cap of every pruning run (the hard-cut EM, EM and VB ones alike).
+MAX_ITERATIONS = 1000
 
 
 def planted(seed, num_examples, true_ks):
@@ -74,25 +101,62 @@ def planted(seed, num_examples, true_ks):
     return k, separation, data
 
 
-def estimates(data, key, candidates, num_start, num_restarts, seed):
-    """Every rule's estimate of k on one data set: {rule: k}, plus the pruning traces."""
+def estimates(data, key, candidates, num_start, num_restarts, seed, vb_bound=True):
+    """Every rule's estimate of k on one data set.
+
+    Returns ``({rule: k}, {rule: seconds}, pruning traces)``; the five criteria share
+    one set of fits, so each carries its total time. ``vb_bound=False`` leaves out the
+    VB bound over the candidate k.
+    """
     keys = jax.random.split(key, 6)
-    found, traces = {}, {}
+    found, seconds, traces = {}, {}, {}
+    start = time.perf_counter()
     table = compare_criteria(data.x, candidates, criteria=CRITERIA, rng_key=keys[0],
                              num_restarts=num_restarts)
+    shared = time.perf_counter() - start
     for name, result in table.items():
-        found[name] = result.choice
+        found[name], seconds[name] = result.choice, shared
     for name, mode, rule, k in (("prune, hard-cut EM (literal)", "map", "ml", keys[1]),
                                 ("prune, EM (literal)", "stochastic", "ml", keys[2]),
                                 ("prune, EM + MML weights", "stochastic", "mml", keys[3])):
+        start = time.perf_counter()
         fit = fit_mixture(data.x, num_start, mode=mode, init="random", prune=True,
-                          weight_rule=rule, rng_key=k, max_iterations=1000)
-        found[name] = fit.num_components
+                          weight_rule=rule, rng_key=k, max_iterations=MAX_ITERATIONS)
+        found[name], seconds[name] = fit.num_components, time.perf_counter() - start
         traces[name] = np.asarray(fit.num_components_trace)
+    start = time.perf_counter()
     rpcl = fit_online(data.x, num_start, method="rpcl", rng_key=keys[4], num_passes=20)
-    found["RPCL"] = rpcl.num_components
+    found["RPCL"], seconds["RPCL"] = rpcl.num_components, time.perf_counter() - start
+    start = time.perf_counter()
     found["sklearn BayesianGMM"] = _bayesian_gmm(data.x, num_start, seed=seed)
-    return found, traces
+    seconds["sklearn BayesianGMM"] = time.perf_counter() - start
+    vb_keys = jax.random.split(keys[5])
+    start = time.perf_counter()
+    vb = fit_vb_mixture(data.x, num_start, rng_key=vb_keys[0],
+                        prune_threshold=VB_PRUNE_THRESHOLD, max_iterations=MAX_ITERATIONS)
+    found["VB, pruning"], seconds["VB, pruning"] = vb.num_components, time.perf_counter() - start
+    traces["VB, pruning"] = np.asarray(vb.num_components_trace)
+    if vb_bound:
+        start = time.perf_counter()
+        found["VB bound over k"] = _vb_bound_choice(data.x, candidates, vb_keys[1],
+                                                    num_restarts)
+        seconds["VB bound over k"] = time.perf_counter() - start
+    return found, seconds, traces
+
+
+def _vb_bound_choice(x, candidates, key, num_restarts):
+    """The VB bound over the candidate k (module docstring): the fewest surviving
+    components among the fits within VB_BOUND_TIE nats of the highest bound."""
+    bounds, survivors = [], []
+    for k in candidates:
+        fits = [fit_vb_mixture(x, k, rng_key=jax.random.fold_in(key, num_restarts * k + r),
+                               prune_threshold=VB_BOUND_THRESHOLD,
+                               max_iterations=MAX_ITERATIONS) for r in range(num_restarts)]
+        best = max(fits, key=lambda fit: fit.bound)
+        bounds.append(best.bound)
+        survivors.append(best.num_components)
+    top = max(bounds)
+    return min(s for s, b in zip(survivors, bounds, strict=True) if b >= top - VB_BOUND_TIE)
 
 
 def _bayesian_gmm(x, num_components, seed):
@@ -114,7 +178,11 @@ def main(argv=None):
                         help="2 seeds, k in 2..3, 300 examples, candidates 1..4, 6 to start")
     parser.add_argument("--seeds", type=int, default=20, help="number of data seeds")
     parser.add_argument("--output-dir", default="zoo-results", help="folder for PNG and JSON")
+    parser.add_argument("--vb-bound", action=argparse.BooleanOptionalAction, default=None,
+                        help="score the VB bound over the candidate k (default: yes, but not "
+                             "with --quick: one compilation per candidate)")
     args = parser.parse_args(argv)
+    vb_bound = not args.quick if args.vb_bound is None else args.vb_bound
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
     if args.quick:
@@ -130,9 +198,10 @@ def main(argv=None):
         k, separation, data = planted(seed, num_examples, true_ks)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ZooWarning)
-            found, seed_traces = estimates(data, jax.random.key(seed), candidates, num_start,
-                                           restarts, seed)
-        rows.append({"seed": seed, "true_k": k, "separation": separation, "found": found})
+            found, seconds, seed_traces = estimates(data, jax.random.key(seed), candidates,
+                                                    num_start, restarts, seed, vb_bound)
+        rows.append({"seed": seed, "true_k": k, "separation": separation, "found": found,
+                     "seconds": seconds})
         if seed == 0:
             traces = seed_traces
     elapsed = time.perf_counter() - start
@@ -145,12 +214,17 @@ def main(argv=None):
           f"{num_start} components to start ({elapsed:.0f} s)")
     header = "".join(f"{'sep ' + format(s, 'g'):>9s}" for s in SEPARATIONS)
     print(f"{'rule':30s} {'hits':>7s}{header} {'too few':>8s} {'too many':>9s} "
-          f"{'mean |err|':>11s}")
+          f"{'mean |err|':>11s} {'mean k':>7s} {'s/seed':>7s}")
     for rule in rules:
         s = summary[rule]
         by_sep = "".join(f"{s['by_separation'][str(sep)]:>9s}" for sep in SEPARATIONS)
+        shared = "*" if rule in CRITERIA else " "
         print(f"{rule:30s} {s['hits']:>3d}/{num_seeds:<3d}{by_sep} {s['under']:>8d} "
-              f"{s['over']:>9d} {s['mean_abs_error']:>11.2f}")
+              f"{s['over']:>9d} {s['mean_abs_error']:>11.2f} {s['mean_found']:>7.2f} "
+              f"{s['median_seconds']:>6.2f}{shared}")
+    print(f"(mean k: mean estimate, true k {np.mean([r['true_k'] for r in rows]):.2f} on "
+          "average; s/seed: median wall seconds per seed, the first seed also compiles; *: one "
+          "set of fits shared by the five criteria)")
     for line in _findings(summary, num_seeds):
         print(line)
 
@@ -160,7 +234,10 @@ def main(argv=None):
         {"rows": rows, "summary": summary, "settings": {
             "seeds": num_seeds, "true_ks": list(true_ks), "num_examples": num_examples,
             "candidates": list(candidates), "num_start": num_start,
-            "restarts": restarts}}), indent=1))
+            "restarts": restarts, "vb_bound": vb_bound,
+            "vb_prune_threshold": VB_PRUNE_THRESHOLD,
+            "vb_bound_threshold": VB_BOUND_THRESHOLD, "vb_bound_tie": VB_BOUND_TIE,
+            "max_iterations": MAX_ITERATIONS}}), indent=1))
     _plot(rows, rules, traces, out)
     return {"rows": rows, "summary": summary, "printed_rules": rules}
 
@@ -176,6 +253,8 @@ def _summarise(rows, rules):
         summary[rule] = {"hits": int(np.sum(errors == 0)), "under": int(np.sum(errors < 0)),
                          "over": int(np.sum(errors > 0)),
                          "mean_abs_error": float(np.mean(np.abs(errors))),
+                         "mean_found": float(np.mean([r["found"][rule] for r in rows])),
+                         "median_seconds": float(np.median([r["seconds"][rule] for r in rows])),
                          "by_separation": by_separation}
     return summary
 
@@ -205,6 +284,13 @@ def _findings(summary, num_seeds):
                  f"{rate('prune, EM + MML weights')}.")
     lines.append(f"* RPCL (winner and rival by the full posterior) in {rate('RPCL')}; "
                  f"scikit-learn's BayesianGaussianMixture in {rate('sklearn BayesianGMM')}.")
+    vb = summary["VB, pruning"]
+    lines.append(f"* Variational Bayes (Corduneanu and Bishop), pruning from the same "
+                 f"large start, ends at the truth in {vb['hits']}/{num_seeds} (too few "
+                 f"{vb['under']}, too many {vb['over']}, mean {vb['mean_found']:.2f} "
+                 "components)"
+                 + (f"; its bound over the candidate k in {rate('VB bound over k')}."
+                    if "VB bound over k" in summary else "."))
     lines.append(f"* Most hits: {best} ({rate(best)}).")
     return lines
 
@@ -221,9 +307,11 @@ def _plot(rows, rules, traces, out):
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     true_k = np.array([r["true_k"] for r in rows])
     jitter = np.linspace(-0.3, 0.3, len(rules))
-    for offset, rule in zip(jitter, rules, strict=True):
+    for i, (offset, rule) in enumerate(zip(jitter, rules, strict=True)):
         found = np.array([r["found"][rule] for r in rows])
-        axes[0].scatter(true_k + offset, found, s=14, label=rule)
+        # Ten colours, then the same ones with another marker (12 rules).
+        axes[0].scatter(true_k + offset, found, s=14, label=rule, color=f"C{i % 10}",
+                        marker="o^s"[i // 10 % 3])
     span = [true_k.min() - 0.5, true_k.max() + 0.5]
     axes[0].plot(span, span, "k--", lw=1)
     axes[0].set_xlabel("true k")
