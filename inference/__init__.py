@@ -45,3 +45,7 @@ __all__ += ["VBMixtureResult", "fit_vb_mixture"]
 from inference.vb_mcvq import VBMCVQResult, fit_vb_mcvq  # noqa: E402
 
 __all__ += ["VBMCVQResult", "fit_vb_mcvq"]
+
+from inference.model_selection import ModelSelectionResult, model_selection  # noqa: E402
+
+__all__ += ["ModelSelectionResult", "model_selection"]
