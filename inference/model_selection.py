@@ -65,11 +65,11 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from inference import mcvq as em
 from inference import model_selection_mcvq as mcvq_scores
 from inference.mixture import component_log_joint, fit_mixture
 from inference.mixture import criteria as mixture_criteria
 from inference.mixture_selection import num_parameters as mixture_num_parameters
+from inference.vb_mcvq import check_covered
 from inference.vb_mixture import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -398,12 +398,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
     else:
         if covariance is not None:
             raise ValueError(f"covariance is for model='mixture' only; got {covariance!r}")
-        x, mask = em._check_observed(x, mask, "x")
-        for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
-            empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
-            if empty.size:
-                raise ValueError(f"mask leaves {what} {empty[:10].tolist()} without any "
-                                 "observed entry; drop them")
+        x, mask = check_covered(x, mask)
     num, dim = x.shape
     over_complete = _check_over_complete(over_complete, model, num)
     if candidates is None:

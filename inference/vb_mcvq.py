@@ -537,6 +537,22 @@ def _schedule(temperature_schedule, max_iterations):
     return temperatures
 
 
+def check_covered(x, mask):
+    """``inference.mcvq``'s checks of x and mask, and an observed entry in every row and column.
+
+    Returns
+    -------
+    (x, mask) as ``inference.mcvq._check_observed`` returns them.
+    """
+    x, mask = em._check_observed(x, mask, "x")
+    for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
+        empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
+        if empty.size:
+            raise ValueError(f"mask leaves {what} {empty[:10].tolist()} without any observed "
+                             "entry; drop them")
+    return x, mask
+
+
 def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, max_iterations,
                  move_steps, conditional, parts, temps):
     """Searches for a bound-raising move and re-converges until none is found.
@@ -687,12 +703,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     move_steps = check_positive_int(move_steps, "move_steps")
     tol = check_tolerance(tol, "tol")
-    x, mask = em._check_observed(x, mask, "x")
-    for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
-        empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
-        if empty.size:
-            raise ValueError(f"mask leaves {what} {empty[:10].tolist()} without any observed "
-                             "entry; drop them")
+    x, mask = check_covered(x, mask)
     prior = program.prior_from_data(x, mask, mean_prior_mean=mean_prior_mean,
                                     mean_prior_scale=mean_prior_scale,
                                     precision_prior_shape=precision_prior_shape,
