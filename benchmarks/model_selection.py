@@ -40,23 +40,21 @@ import json
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import jax
-import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.association_exact import machine_info  # noqa: E402
+from benchmarks.mcvq import _quiet, _spread  # noqa: E402
 from inference.compare import jsonable  # noqa: E402
 from inference.model_selection import model_selection  # noqa: E402
 from inference.vb_mcvq import fit_vb_mcvq  # noqa: E402
 from ppl_models import mcvq  # noqa: E402
 from ppl_models.datasets import shapes  # noqa: E402
-from ppl_models.diagnostics import ZooWarning  # noqa: E402
 
 #: The issue's goal: one VB run from a large model at least 10x cheaper than the CV grid.
 GOAL = 10.0
@@ -90,12 +88,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _quiet(fn, *args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ZooWarning)
-        return jax.block_until_ready(fn(*args, **kwargs))
-
-
 def _timed(fn, repeats, *args, **kwargs):
     """(result, first-call seconds, list of warm seconds)."""
     start = time.perf_counter()
@@ -107,12 +99,6 @@ def _timed(fn, repeats, *args, **kwargs):
         result = _quiet(fn, *args, **kwargs)
         times.append(time.perf_counter() - start)
     return result, first, times
-
-
-def _spread(values) -> dict:
-    values = np.asarray(values, float)
-    return {"median": float(np.median(values)), "min": float(values.min()),
-            "max": float(values.max()), "n": int(values.size)}
 
 
 def _vb_best(x, max_vqs, max_states, keys):
