@@ -399,24 +399,38 @@ class _State(NamedTuple):
     active: jax.Array
 
 
-#: Rows per block of the E-step sweep (:func:`_sweep`): a block's features (1024 x 153
-#: in float32 for d = 16, 0.6 MB) and its (1024, k) log-joint stay in cache between the
-#: E-step product and the M-step product that reuses them.
-_SWEEP_BLOCK = 1024
+#: Feature entries (rows x p) per block of the E-step sweep (:func:`_sweep`), about.
+_BLOCK_ENTRIES = 1 << 19
+
+
+def _block_rows(num, width):
+    """Rows per block of the sweep over ``num`` examples with ``width`` features each.
+
+    The largest power of two with at most ``_BLOCK_ENTRIES`` feature entries, between
+    256 and 16,384 rows (and at most ``num``). A block's features and its (rows, k)
+    log-joint stay in cache between the E-step product and the M-step product that
+    reuses them, while the block is large enough for XLA to split its products over
+    the cores. Measured on 2 cores (N = 200,000, d = 16, k = 32, 20 iterations):
+    full covariances (width 153) 0.76 s at 2,048 rows against 1.06 s at 1,024 and
+    1.3 s at 4,096 (float32); k-means (width 18) 0.125 s at 16,384 rows against
+    0.18 s at 1,024 (float32), 0.19 s against 0.39 s (float64).
+    """
+    rows = 1 << max(8, min(14, (_BLOCK_ENTRIES // max(width, 1)).bit_length() - 1))
+    return max(1, min(rows, num))
 
 
 class _Features(NamedTuple):
     """The data's quadratic features, padded to whole blocks (built once per fit)."""
 
     shift: jax.Array  # (d,) the data's centre
-    blocks: jax.Array  # (num_blocks, _SWEEP_BLOCK, p) t(x - shift), x padded with zeros
-    valid: jax.Array  # (num_blocks, _SWEEP_BLOCK) False on padded rows
+    blocks: jax.Array  # (num_blocks, rows, p) t(x - shift), x padded with zeros (_block_rows)
+    valid: jax.Array  # (num_blocks, rows) False on padded rows
 
 
 def _block_features(x, kind):
-    """:func:`quadratic_features` of x cut into blocks of ``_SWEEP_BLOCK`` rows."""
-    num = x.shape[0]
-    block = min(_SWEEP_BLOCK, num)
+    """:func:`quadratic_features` of x cut into blocks of :func:`_block_rows` rows."""
+    num, dim = x.shape
+    block = _block_rows(num, _feature_width(kind, dim))
     num_blocks = -(-num // block)
     shift = jnp.mean(x, axis=0)
     rows = jnp.pad(x, ((0, num_blocks * block - num), (0, 0))).reshape(num_blocks, block, -1)
@@ -669,7 +683,10 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
             labels0)
     state, it, _, done, objective_trace, count_trace, _ = jax.lax.while_loop(
         running, body, init)
-    return state, it, done, objective_trace, count_trace
+    # The criteria of the fitted mixture from the same features, in the same call.
+    values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
+                                              state.covariances, state.active, covariance)
+    return state, it, done, objective_trace, count_trace, values, labels, nearest
 
 
 def criteria(x, weights, means, covariances, covariance="full"):
@@ -693,32 +710,62 @@ def _first_argmax(values):
 @functools.partial(jax.jit, static_argnums=4)
 def _criteria(x, weights, means, covariances, covariance):
     """:func:`criteria` as arrays, with the MAP labels and the nearest-mean labels."""
+    features = _block_features(x, _kind_of(covariance))
+    return _block_criteria(x, features, weights, means, covariances,
+                           jnp.ones(means.shape[0], bool), covariance)
+
+
+def _block_criteria(x, features, weights, means, covariances, active, covariance):
+    """:func:`criteria` of the ``active`` components from the data's blocked features.
+
+    ``features`` are :func:`_block_features` of x for the covariance family (the
+    sweep's, reused by the fit). Inactive components take no part: no probability,
+    no nearest mean, and k in J and L_NN counts the active ones only. Returns the
+    values, the MAP labels and the nearest-mean labels (indices among all
+    components).
+    """
     num, dim = x.shape
     k = means.shape[0]
-    shift = jnp.mean(x, axis=0)
+    num_blocks, block, _ = features.blocks.shape
+    shift = features.shift
     eye = jnp.broadcast_to(jnp.eye(dim, dtype=x.dtype), (k, dim, dim))
+    kind = _kind_of(covariance)
+    equal = jnp.where(active, 1.0, 0.0).astype(x.dtype) / jnp.maximum(jnp.sum(active), 1)
 
-    def per_row(rows):  # one block of examples: the features stay in cache
-        features = quadratic_features(rows, _kind_of(covariance), shift)
-        spherical = (features if covariance == "spherical"
-                     else quadratic_features(rows, "spherical", shift))
-        log_joint = component_log_joint(rows, weights, means, covariances,
-                                        covariance=covariance, features=features)
+    def parameters(w, m, c, family, limit):
+        """The program's eta (k, p) for one block's features, or None (evaluate sites)."""
+        trace = _trace_components(x[:1], w, m, c, family, None, limit)
+        eta = _log_joint_parameters(trace, k, _kind_of(family), shift, limit)
+        return None if eta is None else eta.astype(x.dtype)
+
+    # The natural parameters once, not per block (a Cholesky per component for "full").
+    eta_joint = parameters(weights, means, covariances, covariance, False)
+    eta_energy = parameters(equal, means, eye, "spherical", True)
+
+    def per_block(block_data):  # one block of examples: the features stay in cache
+        rows, phi = block_data
+        spherical = phi if kind == "spherical" else quadratic_features(rows, "spherical", shift)[1]
+        if eta_joint is None:
+            log_joint = component_log_joint(rows, weights, means, covariances,
+                                            covariance=covariance, features=(shift, phi))
+        else:
+            log_joint = phi @ eta_joint.T
+        log_joint = jnp.where(active, log_joint, -jnp.inf)
         labels, top = _first_argmax(log_joint)
         # Nearest means from the noiseless program's energies; E_MSE exactly from them.
-        minus_energy = component_log_joint(rows, jnp.full(k, 1.0 / k, x.dtype), means, eye,
-                                           covariance="spherical", limit=True,
-                                           features=spherical)
-        nearest, _ = _first_argmax(minus_energy)
+        if eta_energy is None:
+            minus_energy = component_log_joint(rows, equal, means, eye, covariance="spherical",
+                                               limit=True, features=(shift, spherical))
+        else:
+            minus_energy = spherical @ eta_energy.T
+        nearest, _ = _first_argmax(jnp.where(active, minus_energy, -jnp.inf))
         residual = rows - means[nearest]
         return (jax.nn.logsumexp(log_joint, axis=1), labels, top, nearest,
                 jnp.sum(residual * residual, axis=1))
 
-    block = min(_SWEEP_BLOCK, num)
-    num_blocks = -(-num // block)
     rows = jnp.pad(x, ((0, num_blocks * block - num), (0, 0))).reshape(num_blocks, block, dim)
     log_px, labels, top, nearest, squared = (
-        value.reshape(-1)[:num] for value in jax.lax.map(per_row, rows))
+        value.reshape(-1)[:num] for value in jax.lax.map(per_block, (rows, features.blocks)))
     l_stocha = -jnp.mean(log_px)
     hard = jnp.bincount(labels, length=k) / num
     log_weights = jnp.log(jnp.where(weights > 0, weights, 1.0))
@@ -726,13 +773,13 @@ def _criteria(x, weights, means, covariances, covariance):
              - jnp.sum(jnp.where(hard > 0, hard * jnp.log(jnp.where(hard > 0, hard, 1.0)), 0.0)))
     e_mse = jnp.mean(squared)
     b0 = 0.5 * dim * math.log(2 * math.pi)
-    l_nn = 0.5 * dim + math.log(k) + 0.5 * dim * jnp.log(e_mse / dim) + b0
-    j = math.log(k) + 0.5 * dim * jnp.log(e_mse)
+    log_k = jnp.log(jnp.maximum(jnp.sum(active), 1).astype(x.dtype))
+    l_nn = 0.5 * dim + log_k + 0.5 * dim * jnp.log(e_mse / dim) + b0
+    j = log_k + 0.5 * dim * jnp.log(e_mse)
     values = {"L_stocha": l_stocha, "L_map": l_map, "L_NN": l_nn, "J": j, "E_MSE": e_mse}
     return values, labels.astype(jnp.int32), nearest.astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=2)
 def _kmeans_plus_plus(rng_key, x, k):
     """k-means++ seeding (Arthur and Vassilvitskii 2007), jitted (compiled once per shape)."""
     keys = jax.random.split(rng_key, k)
@@ -867,12 +914,12 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
     per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
     weight_offset = 0.5 * per_component[covariance] if weight_rule == "mml" else 0.0
-    state, it, done, objective_trace, count_trace = _run(
+    state, it, done, objective_trace, count_trace, values, labels, nearest = _run(
         x, state, tol, reg_covar, min_count, variance_threshold * spread, weight_offset,
         mode=mode,
         covariance=covariance, max_iterations=max_iterations, prune=prune)
+    it, done, values, active = jax.device_get((it, done, values, state.active))
     it = int(it)
-    active = np.asarray(state.active)
     keep = np.flatnonzero(active)
     if keep.size == 0:
         raise ValueError(
@@ -893,10 +940,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                           "covariance eigenvalue at reg_covar); prune=True discards them",
                           ConvergenceWarning, stacklevel=2)
     weights, means, cov = state.weights[keep], state.means[keep], state.covariances[keep]
-    values, labels, nearest = _criteria(x, weights, means, cov, covariance)
     values = {name: float(value) for name, value in values.items()}
-    if mode == "nearest":
-        labels = nearest
+    # Labels index the surviving components (the fit's criteria are over those only).
+    rank = jnp.asarray(np.cumsum(active) - 1, jnp.int32)
+    labels = rank[nearest if mode == "nearest" else labels]
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],
