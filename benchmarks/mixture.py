@@ -40,12 +40,13 @@ Timing: every peer warm. The first call (JAX: compilation included) is in
 its own column; then ``--repeats`` warm calls, interleaved across peers so
 that machine noise hits them alike, median and [min-max]. Ours is timed
 twice: the public ``fit_mixture`` (input validation including a
-``np.unique`` over the rows, the jitted EM loop, then the criteria L_stocha,
-L_map, L_NN, J and the labels at the final parameters) and its jitted core
-``inference.mixture._run`` alone (the EM loop, the counterpart of gmmx's
-``EMFitter.fit``). Goals are judged on the public call; the core ratio is
-printed beside it. scikit-learn has nothing to compile: its first call is
-also its first timed call (and so is our core's, which the public call
+``np.unique`` over a prefix of the rows, then the jitted loop) and its
+jitted core ``inference.mixture._run`` alone (the EM loop followed by the
+criteria L_stocha, L_map, L_NN, J and the labels at the final parameters,
+which reuse the loop's features in the same call; the counterpart of gmmx's
+``EMFitter.fit``, which computes no criteria). Goals are judged on the
+public call; the core ratio is printed beside it. scikit-learn has nothing
+to compile: its first call is also its first timed call (and so is our core's, which the public call
 compiled before it, when it compiles nothing). A peer whose first timed call
 lasts longer than ``--long-fit`` seconds (default 20) is timed
 ``--long-repeats`` times (default 1) instead of ``--repeats``: at the full
@@ -54,8 +55,10 @@ about 2-4 s), and three of each would double the run; the notes give every peer'
 number of timed calls, and a [min-max] of one call is that call.
 
 scikit-learn's BLAS/OpenMP threads (threadpoolctl) are chosen per estimator
-by ``--sklearn-threads auto``: a 2-iteration fit on 10,000 rows with the
-default thread count and with 1 thread, the faster is used (on a shared,
+by ``--sklearn-threads auto``: a 2-iteration fit on 10,000 rows (GaussianMixture;
+KMeans: the whole problem at full length, since its fits are short and which
+setting wins depends on the size) with the default thread count and with 1
+thread, the faster is used (on a shared,
 loaded 2-core machine OpenBLAS's two threads were 30-60x slower than one on
 GaussianMixture's many small products).
 
@@ -304,11 +307,14 @@ def run_interleaved(methods: dict, warm_up: dict, args) -> tuple[dict, dict]:
     return {name: _summary(first[name], times[name]) for name in methods}, results
 
 
-def sklearn_thread_limit(make_estimator, x, setting) -> tuple:
+def sklearn_thread_limit(make_estimator, x, setting, *, probe_rows=10_000,
+                         probe_iterations=2) -> tuple:
     """threadpoolctl limit for a scikit-learn estimator: None (default threads) or a count.
 
-    ``setting="auto"``: fit ``make_estimator(2)`` (2 iterations) on up to 10,000
-    rows twice with the default threads and twice with 1 thread; the faster wins.
+    ``setting="auto"``: fit ``make_estimator(probe_iterations)`` on the first
+    ``probe_rows`` rows (None: all) twice with the default threads and twice with
+    1 thread; the faster wins. Short fits (k-means) are probed on the whole
+    problem, since which setting wins depends on its size.
     """
     from threadpoolctl import threadpool_limits
 
@@ -316,14 +322,16 @@ def sklearn_thread_limit(make_estimator, x, setting) -> tuple:
         return None, {}
     if setting != "auto":
         return int(setting), {}
-    small = x[:10_000]
+    small = x if probe_rows is None else x[:probe_rows]
     best = {}
     for limit in (None, 1):
         with threadpool_limits(limit), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            best[limit] = min(_timed(lambda: make_estimator(2).fit(small))[0] for _ in range(2))
+            best[limit] = min(_timed(lambda: make_estimator(probe_iterations).fit(small))[0]
+                              for _ in range(2))
     choice = min(best, key=best.get)
-    return choice, {"default_threads_s": best[None], "one_thread_s": best[1]}
+    return choice, {"default_threads_s": best[None], "one_thread_s": best[1],
+                    "probe_rows": int(small.shape[0]), "probe_iterations": probe_iterations}
 
 
 def _with_threads(fn, limit):
@@ -474,7 +482,8 @@ def bench_kmeans(x_np, start, args, dtype: str) -> dict:
         return KMeans(k, init=centres, n_init=1, algorithm="lloyd", max_iter=max_iter, tol=0.0,
                       random_state=args.seed)
 
-    limit, calibration = sklearn_thread_limit(make_sklearn, x_host, args.sklearn_threads)
+    limit, calibration = sklearn_thread_limit(make_sklearn, x_host, args.sklearn_threads,
+                                              probe_rows=None, probe_iterations=it)
     methods = {
         "ours": _quiet(lambda: fit_mixture(x, k, mode="nearest", prune=False,
                                            init_means=start["means"], max_iterations=it,
@@ -681,8 +690,8 @@ def main(argv=None) -> dict:
     print(f"Mixtures, N {args.num_examples}, d {args.dim}, k {args.num_components}, "
           f"{args.iterations} iterations, same data and start. Seconds per fit; 1st = first "
           "call (JAX: incl. compile);")
-    print("ours = fit_mixture (public), core = its jitted EM loop _run; ratio = peer/ours, "
-          "core = peer/core; iters = ours/peer;")
+    print("ours = fit_mixture (public), core = its jitted EM loop and criteria _run; "
+          "ratio = peer/ours, core = peer/core; iters = ours/peer;")
     print("quality = mean log-likelihood per example (EM, higher is better) or inertia per "
           "example (k-means, lower), float64;")
     print(f"agree = within rtol {RTOL['float32']:g} (float32) / {RTOL['float64']:g} "
