@@ -685,7 +685,8 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
         running, body, init)
     # The criteria of the fitted mixture from the same features, in the same call.
     values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
-                                              state.covariances, state.active, covariance)
+                                              state.covariances, state.active, covariance,
+                                              map_is_nearest=mode == "nearest")
     return state, it, done, objective_trace, count_trace, values, labels, nearest
 
 
@@ -715,14 +716,17 @@ def _criteria(x, weights, means, covariances, covariance):
                            jnp.ones(means.shape[0], bool), covariance)
 
 
-def _block_criteria(x, features, weights, means, covariances, active, covariance):
+def _block_criteria(x, features, weights, means, covariances, active, covariance,
+                    map_is_nearest=False):
     """:func:`criteria` of the ``active`` components from the data's blocked features.
 
     ``features`` are :func:`_block_features` of x for the covariance family (the
     sweep's, reused by the fit). Inactive components take no part: no probability,
     no nearest mean, and k in J and L_NN counts the active ones only. Returns the
     values, the MAP labels and the nearest-mean labels (indices among all
-    components).
+    components). ``map_is_nearest`` (static): the mixture has equal weights and one
+    shared spherical covariance, as every k-means fit ends with, so its most
+    probable component is the nearest mean and the energies need no second product.
     """
     num, dim = x.shape
     k = means.shape[0]
@@ -744,7 +748,6 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
 
     def per_block(block_data):  # one block of examples: the features stay in cache
         rows, phi = block_data
-        spherical = phi if kind == "spherical" else quadratic_features(rows, "spherical", shift)[1]
         if eta_joint is None:
             log_joint = component_log_joint(rows, weights, means, covariances,
                                             covariance=covariance, features=(shift, phi))
@@ -753,12 +756,18 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
         log_joint = jnp.where(active, log_joint, -jnp.inf)
         labels, top = _first_argmax(log_joint)
         # Nearest means from the noiseless program's energies; E_MSE exactly from them.
-        if eta_energy is None:
-            minus_energy = component_log_joint(rows, equal, means, eye, covariance="spherical",
-                                               limit=True, features=(shift, spherical))
+        if map_is_nearest:
+            nearest = labels
         else:
-            minus_energy = spherical @ eta_energy.T
-        nearest, _ = _first_argmax(jnp.where(active, minus_energy, -jnp.inf))
+            spherical = (phi if kind == "spherical"
+                         else quadratic_features(rows, "spherical", shift)[1])
+            if eta_energy is None:
+                minus_energy = component_log_joint(rows, equal, means, eye,
+                                                   covariance="spherical", limit=True,
+                                                   features=(shift, spherical))
+            else:
+                minus_energy = spherical @ eta_energy.T
+            nearest, _ = _first_argmax(jnp.where(active, minus_energy, -jnp.inf))
         residual = rows - means[nearest]
         return (jax.nn.logsumexp(log_joint, axis=1), labels, top, nearest,
                 jnp.sum(residual * residual, axis=1))
