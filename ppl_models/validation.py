@@ -122,7 +122,3 @@ def check_positive(value, name: str):
     """Check that a concrete scalar or array is positive and finite; return it."""
     return _check_values(value, name, lambda a: np.isfinite(a) & (a > 0),
                          "positive and finite")
-    arr = np.asarray(value, dtype=float)
-    if not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-        raise ValueError(f"{name} must be positive and finite; got {value!r}")
-    return value
