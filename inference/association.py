@@ -21,9 +21,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from inference._jit import freeze_options, split_model_kwargs
 from inference.energy import QuadraticEnergy, check_quadratic, energy_fn, quadratic_energy
+from inference.sharding import (
+    map_shards,
+    mesh_axis,
+    mesh_size,
+    pad_examples,
+    resolve_mesh,
+    shard_examples,
+)
 from ppl_models import gvq
 from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
 
@@ -233,6 +242,8 @@ def associate(
     latent: str = "s",
     noise=None,
     check: bool = True,
+    devices=None,
+    mesh=None,
     **options,
 ) -> AssociationResult:
     """Find, for every example, the binary state that minimises the program's energy.
@@ -263,14 +274,28 @@ def associate(
     **options
         Method options (see each method's docstring), e.g. ``chunk_size`` for
         ``"exact"``, ``max_sweeps`` for ``"br"``.
+    devices : None, int or sequence of jax.Device
+        Split the examples over these devices (:func:`inference.sharding.resolve_mesh`):
+        ``None`` uses all of ``jax.devices()`` when there are several (else the plain
+        single-device path), an int the first that many. Association is per
+        example, so each device runs ``method`` on its own rows under ``shard_map``
+        (nothing to sum); x is padded with zero rows to a multiple of the device
+        count and the padding is dropped from the result. Deterministic methods
+        give the single-device states; randomised ones draw per device (the key
+        folded with the device's index).
+    mesh : jax.sharding.Mesh, optional
+        A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
 
     Returns
     -------
     AssociationResult
         ``states`` (num_examples, num_features), ``energy`` (num_examples,),
-        ``converged`` (num_examples,), ``trace`` (per sweep, for iterative methods).
+        ``converged`` (num_examples,), ``trace`` (per sweep, for iterative methods;
+        with several devices, one trace per device, of its rows padding included,
+        stacked on a new leading axis).
     """
     _load_methods()
+    mesh = resolve_mesh(devices, mesh)
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
     spec = METHODS[method]
@@ -287,10 +312,15 @@ def associate(
     if check:
         check_quadratic(model, x, latent=latent, noise=noise,
                         model_kwargs={**(model_kwargs or {}), "features": features})
-    return _associate_jit(
-        features, x, noise, dynamic, rng_key, method=method, model=model, latent=latent,
-        static_kwargs=static, options=freeze_options(options),
-    )
+    common = dict(method=method, model=model, latent=latent, static_kwargs=static,
+                  options=freeze_options(options))
+    if mesh is None:
+        return _associate_jit(features, x, noise, dynamic, rng_key, **common)
+    padded = shard_examples(mesh, pad_examples(x, mesh_size(mesh))[0])
+    result = _associate_sharded(features, padded, noise, dynamic, rng_key, mesh=mesh, **common)
+    num = x.shape[0]
+    return result._replace(states=result.states[:num], energy=result.energy[:num],
+                           converged=result.converged[:num])
 
 
 def association_problem(model, x, model_kwargs, *, latent="s", noise=None,
@@ -333,6 +363,28 @@ def _associate_jit(features, x, noise, dynamic_kwargs, rng_key, *, method, model
     return associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
                             rng_key=rng_key, options=dict(options),
                             num_features=features.shape[0])
+
+
+@partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs", "options",
+                                   "mesh"))
+def _associate_sharded(features, x, noise, dynamic_kwargs, rng_key, *, method, model, latent,
+                       static_kwargs, options, mesh):
+    """:func:`_associate_jit` on every device's rows of x (split along ``mesh``)."""
+    axis = mesh_axis(mesh)
+
+    def per_shard(x, features, noise, dynamic_kwargs, rng_key):
+        key = rng_key if rng_key is None else jax.random.fold_in(rng_key,
+                                                                 jax.lax.axis_index(axis))
+        kwargs = {**dynamic_kwargs, **dict(static_kwargs), "features": features}
+        result = associate_energy(model, x, kwargs, method=method, latent=latent, noise=noise,
+                                  rng_key=key, options=dict(options),
+                                  num_features=features.shape[0])
+        trace = None if result.trace is None else jax.tree.map(lambda t: t[None], result.trace)
+        return result._replace(trace=trace)
+
+    split = P(axis)
+    run = map_shards(per_shard, mesh, 1, AssociationResult(split, split, split, split))
+    return run(x, features, noise, dynamic_kwargs, rng_key)
 
 
 def _load_methods():

@@ -49,6 +49,7 @@ from inference.orthant import (
     pair_second_moment,
     solve_pair_correlations,
 )
+from inference.sharding import resolve_mesh, sum_over_shards
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive, check_positive_int
@@ -116,15 +117,27 @@ class ClippedGaussianFit(NamedTuple):
     num_examples: int
 
 
-def empirical_moments(s):
-    """Means (N,) and second moments <s_a s_b> (N, N) of -1 / +1 patterns (num_examples, N)."""
+def empirical_moments(s, *, mesh=None):
+    """Means (N,) and second moments <s_a s_b> (N, N) of -1 / +1 patterns (num_examples, N).
+
+    With a ``mesh`` (:func:`inference.sharding.resolve_mesh`) the patterns are split
+    over its devices by rows (padded with zero rows, which add nothing) and the sums
+    sum_mu s_mu and sum_mu s_mu s_mu^T are added over the devices (``psum``).
+    """
     s = jnp.asarray(s)
-    return jnp.mean(s, axis=0), (s.T @ s) / s.shape[0]
+    if mesh is None:
+        return jnp.mean(s, axis=0), (s.T @ s) / s.shape[0]
+
+    def sums(shard, valid):  # padded rows are zeros: no masking needed
+        return jnp.sum(shard, axis=0), shard.T @ shard
+
+    first, second = sum_over_shards(sums, mesh, [s])
+    return first / s.shape[0], second / s.shape[0]
 
 
 def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool = False,
                          constant_columns: str = "error", tol: float = 1e-10,
-                         chunk_size: int = 65536) -> ClippedGaussianFit:
+                         chunk_size: int = 65536, devices=None, mesh=None) -> ClippedGaussianFit:
     """Learn W (and biases) of the clipped-Gaussian model from binary patterns.
 
     Parameters
@@ -151,6 +164,16 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
         Tolerance of the pairwise solve in rho.
     chunk_size : int
         Pairs solved together (memory).
+    devices : None, int or sequence of jax.Device
+        Split the patterns over these devices for the moments, the one pass over
+        the examples (:func:`inference.sharding.resolve_mesh`): ``None`` uses all of
+        ``jax.devices()`` when there are several (else the single-device path), an
+        int the first that many. The pair moments <s_a s_b> are summed over the
+        devices (``shard_map`` and ``psum``; sums of +-1 products, exact in float32
+        below 2^24 patterns, so the fit is the same). The pairwise solve and the
+        eigendecomposition act on N x N matrices and run on one device.
+    mesh : jax.sharding.Mesh, optional
+        A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
 
     Returns
     -------
@@ -169,6 +192,7 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     Lee, Sompolinsky (seed 001), eq. 7-10 and the learning rule of the
     translation-invariant example.
     """
+    mesh = resolve_mesh(devices, mesh)
     spins = clipped_gaussian.to_spins(s, "s")
     num_examples, num_units = spins.shape
     num_hidden = check_positive_int(num_hidden, "num_hidden", maximum=num_units,
@@ -177,7 +201,7 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
         raise ValueError(f"constant_columns must be 'error' or 'independent'; "
                          f"got {constant_columns!r}")
     check_positive(tol, "tol")
-    means, second = empirical_moments(spins)
+    means, second = empirical_moments(spins, mesh=mesh)
     means_np = np.asarray(means)
     constant = np.flatnonzero(np.abs(means_np) == 1.0)
     if bias and constant.size and constant_columns == "error":

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 from tqdm.auto import tqdm
 
 from inference._jit import freeze_options, split_model_kwargs
@@ -45,6 +46,15 @@ from inference.gvq_constraints import (
     associate_states,
     binary_m_step,
     in_set,
+)
+from inference.sharding import (
+    map_shards,
+    mesh_axis,
+    mesh_size,
+    pad_examples,
+    psum,
+    resolve_mesh,
+    shard_examples,
 )
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -193,11 +203,17 @@ def restart_features(rng_key, x, num_features: int, num_restarts: int, init_feat
     return jnp.asarray(starts, x.dtype)
 
 
-def _mean_error(x, states, features, kwargs=None):
+def _mean_error(x, states, features, kwargs=None, valid=None, axis_name=None):
+    """Mean over examples of ||x - s @ F||^2; with ``axis_name`` over the ``valid`` rows of
+    every device (x one device's rows, inside ``shard_map``)."""
     kwargs = kwargs or {}
     recon = gvq.reconstruction(features, states.astype(x.dtype),
                                binary=bool(kwargs.get("binary", False)), beta=kwargs.get("beta"))
-    return jnp.mean(jnp.sum(jnp.square(x - recon), axis=-1))
+    errors = jnp.sum(jnp.square(x - recon), axis=-1)
+    if axis_name is None:
+        return jnp.mean(errors)
+    total = psum(jnp.sum(jnp.where(valid, errors, 0.0)), axis_name)
+    return total / psum(jnp.sum(valid).astype(x.dtype), axis_name)
 
 
 def init(rng_key, x, num_features: int, *, features=None, model_kwargs=None) -> GVQState:
@@ -218,6 +234,26 @@ def m_step(x, states, features):
     return jnp.where(used[:, None], solution, features)
 
 
+def _sharded_m_step(x, states, features, valid, axis_name):
+    """:func:`m_step` with the examples split over devices (inside ``shard_map``).
+
+    The normal equations' sums over examples, S^T S (num_features, num_features)
+    and S^T X (num_features, dim), are computed on every device's ``valid`` rows and
+    added over the devices (``psum``); F = pinv(S^T S) S^T X is the same
+    minimum-norm least-squares answer as ``lstsq(S, X)`` (singular values of S^T S
+    below max(N, n) eps times the largest count as zero: a 0/1 design's Gram
+    matrix holds exact integer counts, so a collinear design is exactly singular).
+    """
+    design = jnp.where(valid[:, None], states, 0).astype(x.dtype)
+    gram = psum(design.T @ design, axis_name)
+    cross = psum(design.T @ x, axis_name)
+    num = psum(jnp.sum(valid), axis_name)
+    cutoff = jnp.finfo(x.dtype).eps * jnp.maximum(num, design.shape[1]).astype(x.dtype)
+    solution = jnp.linalg.pinv(gram, rtol=cutoff, hermitian=True) @ cross
+    used = jnp.diagonal(gram) > 0
+    return jnp.where(used[:, None], solution, features)
+
+
 def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwargs=None,
          latent="s", noise=None, options=(), tol=0.0, m_step_iterations=50):
     """One EM iteration: association with ``method``, then the M-step. Jittable.
@@ -229,6 +265,17 @@ def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwarg
     the previous one (for randomised methods, whose associations keep flickering);
     with ``binary`` it needs both (the L-BFGS M-step may still be lowering the error).
     """
+    return _step(rng_key, state, x, method=method, model=model, model_kwargs=model_kwargs,
+                 latent=latent, noise=noise, options=options, tol=tol,
+                 m_step_iterations=m_step_iterations)
+
+
+def _step(rng_key, state, x, *, method, model, model_kwargs, latent, noise, options, tol,
+          m_step_iterations, valid=None, axis_name=None):
+    """:func:`step`; with ``axis_name`` (inside ``shard_map``) x and the states are one
+    device's rows (``valid`` False on padding): association is per device, the
+    M-step's sums (:func:`_sharded_m_step`), the error and the count of changed
+    associations are added over the devices. Least-squares M-step only."""
     model = gvq.model if model is None else model
     kwargs = {**(model_kwargs or {}), "features": state.features}
     states, _ = associate_states(model, x, kwargs, method=method, latent=latent, noise=noise,
@@ -237,10 +284,16 @@ def step(rng_key, state: GVQState, x, *, method="exact", model=None, model_kwarg
     if kwargs.get("binary", False):
         features, _ = binary_m_step(model, x, states, kwargs, latent=latent, noise=noise,
                                     max_iterations=m_step_iterations)
-    else:
+    elif axis_name is None:
         features = m_step(x, states, state.features)
-    num_changed = jnp.sum(jnp.any(states != state.states, axis=1))
-    error = _mean_error(x, states, features, kwargs)
+    else:
+        features = _sharded_m_step(x, states, state.features, valid, axis_name)
+    changed = jnp.any(states != state.states, axis=1)
+    if axis_name is None:
+        num_changed = jnp.sum(changed)
+    else:
+        num_changed = psum(jnp.sum(changed & valid), axis_name)
+    error = _mean_error(x, states, features, kwargs, valid, axis_name)
     settled = jnp.abs(state.error - error) <= tol * state.error
     if kwargs.get("binary", False):  # L-BFGS may still be improving the features
         converged = (num_changed == 0) & settled
@@ -276,6 +329,55 @@ def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, 
         return state, trace, i
 
     return jax.vmap(one_restart)(keys, init_features)
+
+
+@partial(jax.jit, static_argnames=("num_iterations", "method", "model", "latent",
+                                   "static_kwargs", "options", "m_step_iterations", "mesh"))
+def _run_sharded(keys, x, valid, init_features, noise, dynamic_kwargs, tol, *, num_iterations,
+                 method, model, latent, static_kwargs, options, m_step_iterations, mesh):
+    """:func:`_run` with the examples split over ``mesh`` (x and ``valid`` padded to a
+    multiple of its size). Each device associates its own rows; the M-step's
+    S^T S and S^T X, the error and the changed count are summed over the devices,
+    so the features stay the same on every device. A randomised method draws its
+    random numbers per device (the key folded with the device's index). The
+    states come back split by rows, (restarts, padded N, num_features)."""
+    axis = mesh_axis(mesh)
+    kwargs_static = dict(static_kwargs)
+
+    def per_shard(x, valid, keys, init_features, noise, dynamic_kwargs, tol):
+        kwargs = {**dynamic_kwargs, **kwargs_static}
+        shard = jax.lax.axis_index(axis)
+
+        def one_restart(key, features0):
+            states0 = jnp.zeros((x.shape[0], features0.shape[0]), jnp.int32)
+            state = GVQState(features0, states0,
+                             _mean_error(x, states0, features0, kwargs, valid, axis),
+                             jnp.asarray(False))
+            trace = jnp.zeros(num_iterations, x.dtype)
+
+            def cond(carry):
+                i, state, _ = carry
+                return (i < num_iterations) & ~state.converged
+
+            def body(carry):
+                i, state, trace = carry
+                key_i = jax.random.fold_in(jax.random.fold_in(key, i), shard)
+                state, info = _step(key_i, state, x, method=method, model=model,
+                                    model_kwargs=kwargs, latent=latent, noise=noise,
+                                    options=options, tol=tol,
+                                    m_step_iterations=m_step_iterations, valid=valid,
+                                    axis_name=axis)
+                return i + 1, state, trace.at[i].set(info.error)
+
+            i, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
+            trace = jnp.where(jnp.arange(num_iterations) < i, trace, state.error)
+            return state, trace, i
+
+        return jax.vmap(one_restart)(keys, init_features)
+
+    states = GVQState(P(), P(None, axis), P(), P())
+    run = map_shards(per_shard, mesh, 2, (states, P(), P()))
+    return run(x, valid, keys, init_features, noise, dynamic_kwargs, tol)
 
 
 def _check_constraints(features, x, *, num_sets=None, sparsity=None, binary=False, beta=None,
@@ -379,6 +481,8 @@ def fit_gvq(
     noise=None,
     progress_bar: bool = False,
     tol: float | None = None,
+    devices=None,
+    mesh=None,
     **options,
 ) -> GVQResult:
     """Learn GVQ features by EM in the sigma -> 0 limit.
@@ -432,6 +536,20 @@ def fit_gvq(
         association changes; 1e-6 with ``binary=True``, whose L-BFGS M-step moves the
         features a little at every iteration) and 1e-5 for the other methods, whose
         randomised associations may flicker between equally good states.
+    devices : None, int or sequence of jax.Device
+        Split the examples over these devices (:func:`inference.sharding.resolve_mesh`):
+        ``None`` uses all of ``jax.devices()`` when there are several (else the plain
+        single-device path), an int the first that many. Each device associates its
+        own rows; the M-step's sums S^T S and S^T X and the error are added over the
+        devices (``shard_map`` and ``psum``) and F solves the normal equations
+        (pseudo-inverse: the same minimum-norm answer as ``lstsq``). With
+        ``method="exact"`` the result equals the single-device fit up to float
+        rounding; randomised methods draw their random numbers per device, so they
+        follow a different (equally valid) path. x is padded with masked rows to a
+        multiple of the device count. Not with ``binary=True`` (its L-BFGS M-step)
+        or ``progress_bar=True``.
+    mesh : jax.sharding.Mesh, optional
+        A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
     **options
         Options of the association method.
 
@@ -443,6 +561,11 @@ def fit_gvq(
     """
     if rng_key is None:
         raise ValueError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
+    mesh = resolve_mesh(devices, mesh)
+    if mesh is not None and (binary or progress_bar):
+        raise ValueError("devices/mesh: the sharded fit needs binary=False and "
+                         f"progress_bar=False; got binary={binary!r}, "
+                         f"progress_bar={progress_bar!r}")
     num_features = check_positive_int(num_features, "num_features")
     _, x, kwargs, method = _check_constraints(
         None, x, num_sets=num_sets, sparsity=sparsity, binary=binary, beta=beta, method=method,
@@ -467,7 +590,13 @@ def fit_gvq(
     dynamic, static = split_model_kwargs(kwargs)
     common = dict(method=method, model=model, latent=latent, static_kwargs=static,
                   options=freeze_options(options), m_step_iterations=m_step_iterations)
-    if progress_bar:
+    if mesh is not None:
+        padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
+        states, traces, counts = _run_sharded(keys, padded, valid, starts, noise, dynamic, tol,
+                                              num_iterations=num_iterations, mesh=mesh,
+                                              **common)
+        states = states._replace(states=states.states[:, :x.shape[0]])
+    elif progress_bar:
         states, traces, counts = _run_with_progress(keys, x, starts, noise, dynamic, tol,
                                                     num_iterations, common)
     else:

@@ -74,9 +74,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
+from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 
 from inference.handlers import map_gaussian
+from inference.sharding import (
+    map_shards,
+    mesh_axis,
+    mesh_size,
+    pad_examples,
+    psum,
+    resolve_mesh,
+    shard_examples,
+)
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_positive, check_positive_int, is_traced
@@ -222,10 +232,15 @@ def gaussian_parameters(mu, sigma, *, model=None):
     return jnp.moveaxis(loc, -1, 0), jnp.moveaxis(scale, -1, 0)
 
 
-def _moments(x, mask):
-    """The (N, 3D) moments [o, o xc, o xc^2] and the shift (D,): xc = x - observed mean."""
+def _moments(x, mask, axis_name=None):
+    """The (N, 3D) moments [o, o xc, o xc^2] and the shift (D,): xc = x - observed mean.
+
+    ``axis_name``: x is one device's rows (inside ``shard_map``); the observed mean
+    is over all devices' rows.
+    """
     obs = mask.astype(x.dtype)
-    shift = jnp.sum(obs * x, axis=0) / jnp.maximum(jnp.sum(obs, axis=0), 1.0)
+    shift = (psum(jnp.sum(obs * x, axis=0), axis_name)
+             / jnp.maximum(psum(jnp.sum(obs, axis=0), axis_name), 1.0))
     centred = obs * (x - shift)
     return jnp.concatenate([obs, centred, centred * centred], axis=1), shift
 
@@ -246,21 +261,26 @@ def _energies(moments, natural, g):
     return (moments @ weights).reshape(-1, num_vqs, num_states)
 
 
-def _statistics(moments, m):
-    """sum_c m^c_kj [o, o xc, o xc^2]^c_d, (3, D, K, J), as one (3D, N) x (N, K J) product."""
+def _statistics(moments, m, axis_name=None):
+    """sum_c m^c_kj [o, o xc, o xc^2]^c_d, (3, D, K, J), as one (3D, N) x (N, K J) product.
+
+    ``axis_name``: one device's rows, summed over the devices (``psum``).
+    """
     num, num_vqs, num_states = m.shape
-    return (moments.T @ m.reshape(num, -1)).reshape(3, -1, num_vqs, num_states)
+    stats = (moments.T @ m.reshape(num, -1)).reshape(3, -1, num_vqs, num_states)
+    return psum(stats, axis_name)
 
 
-def _kl_terms(g, m, a, b, temperature):
-    return (jnp.sum(xlogy(m, m) - xlogy(m, b))
+def _kl_terms(g, m, a, b, temperature, axis_name=None):
+    # A padded example (nothing observed) has m = b: its term is exactly zero.
+    return (psum(jnp.sum(xlogy(m, m) - xlogy(m, b)), axis_name)
             + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)))
 
 
-def _fast_free_energy(stats, natural, g, m, a, b, temperature):
+def _fast_free_energy(stats, natural, g, m, a, b, temperature, axis_name=None):
     """F_T from the statistics of m (module docstring)."""
     expected = jnp.sum(stats * natural, axis=(0, 3))  # (D, K): sum_cj m ell
-    return _kl_terms(g, m, a, b, temperature) + jnp.sum(g * expected)
+    return _kl_terms(g, m, a, b, temperature, axis_name) + jnp.sum(g * expected)
 
 
 def _fast_e_step(moments, natural, g, b):
@@ -341,19 +361,38 @@ def init(rng_key, x, mask, num_vqs: int, num_states: int, a, b, floor) -> MCVQSt
     groups merged): fit from several keys and keep the lowest final free
     energy (see ``tests/test_mcvq.py`` for measured recovery rates).
     """
+    return _init(rng_key, x, mask, num_vqs, num_states, a, b, floor)
+
+
+def _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name=None,
+          num_examples=None):
+    """:func:`init`; with ``axis_name``, x and ``mask`` are one device's rows of the
+    ``num_examples`` (padded with unobserved rows, inside ``shard_map``): the column
+    statistics are summed over the devices and each picked example is taken from the
+    device that holds it."""
     num, dim = x.shape
+    if axis_name is not None:
+        num = num_examples
     # One uniform draw for everything (each jax.random call costs compile time).
     sizes = (num_vqs * num_states, dim * num_vqs * num_states, dim * num_vqs)
     tiny = jnp.finfo(x.dtype).tiny
     u = jax.random.uniform(rng_key, (sum(sizes),), x.dtype, minval=tiny, maxval=1.0 - 1e-7)
     u_rows, u_mu, u_g = jnp.split(u, np.cumsum(sizes)[:-1])
     obs = mask.astype(x.dtype)
-    count = jnp.sum(obs, axis=0)
-    mean = jnp.sum(obs * x, axis=0) / count
-    std = jnp.sqrt(jnp.maximum(jnp.sum(obs * (x - mean) ** 2, axis=0) / count, floor))
+    count = psum(jnp.sum(obs, axis=0), axis_name)
+    mean = psum(jnp.sum(obs * x, axis=0), axis_name) / count
+    std = jnp.sqrt(jnp.maximum(psum(jnp.sum(obs * (x - mean) ** 2, axis=0), axis_name) / count,
+                               floor))
     filled = jnp.where(mask, x, mean)
     rows = jnp.minimum((u_rows * num).astype(jnp.int32), num - 1).reshape(num_vqs, num_states)
-    mu = jnp.moveaxis(filled[rows], -1, 0)  # (D, K, J)
+    if axis_name is None:
+        picked = filled[rows]
+    else:  # the device holding global row r contributes it, the others zeros
+        local = rows - jax.lax.axis_index(axis_name) * x.shape[0]
+        here = (local >= 0) & (local < x.shape[0])
+        picked = psum(jnp.where(here[..., None], filled[jnp.clip(local, 0, x.shape[0] - 1)],
+                                0.0), axis_name)
+    mu = jnp.moveaxis(picked, -1, 0)  # (D, K, J)
     noise = jax.scipy.special.ndtri(u_mu).reshape(mu.shape)
     mu = mu + 0.1 * std[:, None, None] * noise
     sigma = jnp.broadcast_to(std[:, None, None], mu.shape)
@@ -362,9 +401,9 @@ def init(rng_key, x, mask, num_vqs: int, num_states: int, a, b, floor) -> MCVQSt
     part = jax.nn.one_hot(jnp.argmax(jnp.log(a) + gumbel, axis=-1), num_vqs, dtype=x.dtype)
     g = a * (0.9 * part + 0.1 / num_vqs)
     g = g / jnp.sum(g, axis=-1, keepdims=True)
-    moments, shift = _moments(x, mask)
+    moments, shift = _moments(x, mask, axis_name)
     m = _fast_e_step(moments, _natural(mu, sigma, shift), g, b)
-    return MCVQState(g, m, mu, sigma, _statistics(moments, m))
+    return MCVQState(g, m, mu, sigma, _statistics(moments, m, axis_name))
 
 
 def step(state: MCVQState, x, mask, a, b, temperature, floor):
@@ -372,31 +411,38 @@ def step(state: MCVQState, x, mask, a, b, temperature, floor):
 
     Returns ``(new_state, MCVQInfo)``; ``x`` holds 0 where ``mask`` is False.
     """
-    moments, shift = _moments(x, mask)
+    return _step(state, x, mask, a, b, temperature, floor)
+
+
+def _step(state, x, mask, a, b, temperature, floor, axis_name=None):
+    """:func:`step`; with ``axis_name`` x, ``mask`` and m are one device's rows and every sum
+    over examples (the shift, the statistics, the KL of m) is added over the devices."""
+    moments, shift = _moments(x, mask, axis_name)
     g = _fast_g_step(state.stats, _natural(state.mu, state.sigma, shift), a, temperature)
     mu, sigma = _fast_m_step(state.stats, state.mu, state.sigma, shift, floor)
     natural = _natural(mu, sigma, shift)
     m = _fast_e_step(moments, natural, g, b)
-    stats = _statistics(moments, m)
-    energy = _fast_free_energy(stats, natural, g, m, a, b, temperature)
+    stats = _statistics(moments, m, axis_name)
+    energy = _fast_free_energy(stats, natural, g, m, a, b, temperature, axis_name)
     return MCVQState(g, m, mu, sigma, stats), MCVQInfo(energy, jnp.asarray(temperature, x.dtype))
 
 
 def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, num_vqs,
-         num_states):
+         num_states, axis_name=None, num_examples=None):
     """The driver; ``temperatures`` is padded (see :func:`_bucket`), ``num_iterations`` traced.
 
     Returns ``(state, iterations, converged, energies, final)``, ``final`` being F_T
     of the last state at the schedule's last temperature (so that starts which
-    stopped at different iterations compare).
+    stopped at different iterations compare). ``axis_name``, ``num_examples``: the
+    sharded run (:func:`_init`, :func:`_step`).
     """
-    state = init(rng_key, x, mask, num_vqs, num_states, a, b, floor)
+    state = _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name, num_examples)
     energy0 = jnp.full(temperatures.shape[0], jnp.nan, x.dtype)
 
     def body(carry):
         state, it, prev, _, energies = carry
         temperature = temperatures[it]
-        state, info = step(state, x, mask, a, b, temperature, floor)
+        state, info = _step(state, x, mask, a, b, temperature, floor, axis_name)
         same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
         change = jnp.abs(prev - info.free_energy) / jnp.maximum(jnp.abs(info.free_energy), 1.0)
         done = same & (change <= tol)
@@ -408,9 +454,9 @@ def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, nu
     carry = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False), energy0)
     state, it, _, done, energies = jax.lax.while_loop(running, body, carry)
     last = temperatures[num_iterations - 1]
-    moments, shift = _moments(x, mask)
+    moments, shift = _moments(x, mask, axis_name)
     final = _fast_free_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
-                              state.m, a, b, last)
+                              state.m, a, b, last, axis_name)
     return state, it, done, energies, final
 
 
@@ -428,6 +474,33 @@ def _run_restarts(rng_keys, x, mask, a, b, temperatures, num_iterations, floor, 
                     num_vqs=num_vqs, num_states=num_states)
 
     return jax.lax.map(run, rng_keys, batch_size=batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size", "mesh",
+                                             "num_examples"))
+def _run_restarts_sharded(rng_keys, x, mask, a, b, temperatures, num_iterations, floor, tol, *,
+                          num_vqs, num_states, batch_size, mesh, num_examples):
+    """:func:`_run_restarts` with the examples split over ``mesh``.
+
+    x and ``mask`` are padded to a multiple of the mesh size with unobserved rows
+    (which add nothing to any sum; their m is the prior b, a zero KL term) and split
+    by rows. Each device runs the E-step on its rows; the statistics, the shift and
+    the KL of m are summed over the devices (``psum``), so g, mu and sigma are the
+    same on every device. m comes back split by rows, (restarts, padded N, K, J).
+    """
+    axis = mesh_axis(mesh)
+
+    def per_shard(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol):
+        def run(key):
+            return _run(key, x, mask, a, b, temperatures, num_iterations, floor, tol,
+                        num_vqs=num_vqs, num_states=num_states, axis_name=axis,
+                        num_examples=num_examples)
+
+        return jax.lax.map(run, rng_keys, batch_size=batch_size)
+
+    states = MCVQState(P(), P(None, axis), P(), P(), P())
+    run = map_shards(per_shard, mesh, 2, (states, P(), P(), P(), P()))
+    return run(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol)
 
 
 def _bucket(num_iterations: int) -> int:
@@ -512,7 +585,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
              temperature_schedule=None, num_iterations: int = 100,
              initial_temperature: float | None = None, variance_floor: float = 1e-3,
              tol: float = 1e-6, a=None, b=None, num_restarts: int = 1,
-             restart_batch_size: int = 1) -> MCVQResult:
+             restart_batch_size: int = 1, devices=None, mesh=None) -> MCVQResult:
     """Fit the MCVQ program by the paper's annealed variational EM (module docstring).
 
     Parameters
@@ -555,6 +628,17 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         until its slowest start has converged, so the default, 1 (one start
         after another), is fastest on a CPU; on an accelerator a larger batch
         fills the device. Memory grows with it.
+    devices : None, int or sequence of jax.Device
+        Split the examples over these devices (:func:`inference.sharding.resolve_mesh`):
+        ``None`` uses all of ``jax.devices()`` when there are several (else the plain
+        single-device path), an int the first that many. Every E-step runs on each
+        device's rows; the statistics (matrix products over examples), the observed
+        means and the free energy's sum over examples are added over the devices
+        (``shard_map`` and ``psum``). The result equals the single-device fit up to
+        float rounding; x is padded with unobserved rows to a multiple of the device
+        count, so any number of examples works.
+    mesh : jax.sharding.Mesh, optional
+        A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
 
     Returns
     -------
@@ -588,6 +672,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                              num_restarts)
     if rng_key is None:
         raise ValueError("fit_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
+    mesh = resolve_mesh(devices, mesh)
     x, mask = _check_observed(x, mask, "x")
     num, dim = x.shape
     empty_rows = np.flatnonzero(~np.asarray(mask).any(axis=1))
@@ -624,10 +709,17 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     spread = float(np.mean((obs * (xs - col_mean) ** 2).sum(axis=0) / count))
     floor = variance_floor * (spread if spread > 0 else 1.0)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
-    states, its, dones, all_energies, finals = _run_restarts(
-        keys, x, mask, a, b, jnp.asarray(padded, x.dtype), num_iterations,
-        jnp.asarray(floor, x.dtype), jnp.asarray(tol, x.dtype), num_vqs=num_vqs,
-        num_states=num_states, batch_size=restart_batch_size)
+    args = (keys, x, mask, a, b, jnp.asarray(padded, x.dtype), num_iterations,
+            jnp.asarray(floor, x.dtype), jnp.asarray(tol, x.dtype))
+    options = dict(num_vqs=num_vqs, num_states=num_states, batch_size=restart_batch_size)
+    if mesh is None:
+        states, its, dones, all_energies, finals = _run_restarts(*args, **options)
+    else:
+        size = mesh_size(mesh)
+        rows = shard_examples(mesh, pad_examples(x, size)[0], pad_examples(mask, size)[0])
+        states, its, dones, all_energies, finals = _run_restarts_sharded(
+            keys, *rows, *args[3:], mesh=mesh, num_examples=num, **options)
+        states = states._replace(m=states.m[:, :num])
     # NaN finals (a start that broke down) never win; if all are NaN the first is kept.
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
     state = jax.tree_util.tree_map(lambda leaf: leaf[best], states)
