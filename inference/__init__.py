@@ -49,3 +49,12 @@ __all__ += ["VBMCVQResult", "fit_vb_mcvq"]
 from inference.model_selection import ModelSelectionResult, model_selection  # noqa: E402
 
 __all__ += ["ModelSelectionResult", "model_selection"]
+
+from inference.streaming import (  # noqa: E402
+    BatchSource,
+    OnlineStreamResult,
+    fit_mixture_stream,
+    fit_online_stream,
+)
+
+__all__ += ["BatchSource", "OnlineStreamResult", "fit_mixture_stream", "fit_online_stream"]

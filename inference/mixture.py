@@ -77,9 +77,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 
 from inference.handlers import NoiselessGaussian, noiseless
+from inference.sharding import (
+    map_shards,
+    mesh_axis,
+    mesh_size,
+    pad_examples,
+    psum,
+    resolve_mesh,
+    shard_examples,
+)
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning
 from ppl_models.validation import check_data, check_positive, check_positive_int
@@ -522,13 +532,15 @@ def _cancellation_limit(dtype):
     return float(jnp.finfo(dtype).eps) ** (-1.0 / 3.0)
 
 
-def _exact_scatter(x, features, eta, active, mode, means, covariance):
+def _exact_scatter(x, features, eta, active, mode, means, covariance, axis_name=None):
     """sum_n r_ny (x_n - m_y)(x_n - m_y)^T (k, d, d), or its diagonal (k, d), centred exactly.
 
     The responsibilities are recomputed block by block from ``eta`` (the E-step's
     parameters), so that the centred (k, block, d) array stays small. The fallback of
     :func:`_m_step` where the moment form would cancel (a component far from the
-    data's centre relative to its width).
+    data's centre relative to its width). With ``axis_name`` (the sharded fit, inside
+    ``shard_map``), x and ``features`` are one device's rows and the scatter is summed
+    over the devices.
     """
     num_blocks, block, _ = features.blocks.shape
     dim = x.shape[1]
@@ -546,52 +558,49 @@ def _exact_scatter(x, features, eta, active, mode, means, covariance):
     shape = (means.shape[0], dim, dim) if covariance == "full" else means.shape
     total, _ = jax.lax.scan(scatter, jnp.zeros(shape, x.dtype),
                             (rows, features.blocks, features.valid))
-    return total
+    return psum(total, axis_name)
 
 
-def _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, prune,
-            min_count, variance_floor, weight_offset):
-    """Weights, means and covariances from the sweep's statistics (eq. 17-18, 19-20, 21-22).
+def _moment_form(stats, state, shift, *, mode, covariance):
+    """New means and the moment-form covariances from the summed statistics.
 
     ``stats = R^T t(x)`` (:func:`_sweep`) holds the counts n_y, the sums and the
-    second moments about the data's centre, so Sigma_y = E_y[z z^T] - E_y[z] E_y[z]^T
-    (new means, the exact maximiser). Where that difference would cancel
-    (:func:`_cancellation_limit`) the scatter is recomputed about the new means
-    (:func:`_exact_scatter`). k-means needs only the total squared error
-    sum_n ||x_n - m_{y_n}||^2, from the same statistics or, where they would cancel,
-    from the assignment.
+    second moments about the data's centre ``shift``, so
+    Sigma_y = E_y[z z^T] - E_y[z] E_y[z]^T at the new means (the exact maximiser).
+    Returns a dict with ``counts``, ``means``, the moment form ``cov`` ((k, d, d) for
+    full covariances, (k, d) for diagonal and spherical, the total squared error
+    sum_y n_y (E_y||z||^2 - ||E_y z||^2) for ``"nearest"``), ``norm`` (the divisor
+    of an exact scatter) and ``cancels``: whether the difference is not to be
+    trusted for some active component, because it loses a third of its digits
+    (:func:`_cancellation_limit`) or, for full covariances, because its smallest
+    eigenvalue is within the rounding error of the moments (d eps max_i E[z_i^2]),
+    where the moment form can even be indefinite.
     """
-    num, dim = x.shape
+    dim = state.means.shape[1]
+    dtype = state.means.dtype
     k = stats.shape[0]
     counts = stats[:, -1]
     safe = jnp.where(counts > 0, counts, 1.0)
     centred = stats[:, -1 - dim:-1] / safe[:, None]
-    means = jnp.where(counts[:, None] > 0, centred + features.shift, state.means)
+    means = jnp.where(counts[:, None] > 0, centred + shift, state.means)
     second = stats[:, :-1 - dim] / safe[:, None]
-    eye = jnp.eye(dim, dtype=x.dtype)
+    tiny = jnp.finfo(dtype).tiny
+    doubtful = jnp.zeros(k, bool)
     if mode == "nearest":  # one shared variance, equal weights (eq. 21-22)
-        # sum_n ||x_n - m_{y_n}||^2 = sum_y n_y (E_y||z||^2 - ||E_y z||^2), taken from the
-        # assignment instead where a component's difference would cancel.
         spread = second[:, 0] - jnp.sum(centred * centred, axis=1)
-        ratio = second[:, 0] / jnp.maximum(spread, jnp.finfo(x.dtype).tiny)
-        cancels = state.active & (counts > 0) & (ratio > _cancellation_limit(x.dtype))
-
-        def exact():
-            residual = x - means[labels]
-            return jnp.sum(residual * residual)
-
-        total = jax.lax.cond(jnp.any(cancels), exact, lambda: jnp.sum(counts * spread))
-        variance = total / (jnp.maximum(jnp.sum(counts), 1.0) * dim)
-        cov = jnp.broadcast_to((variance + reg_covar) * eye, (k, dim, dim))
+        ratio = second[:, 0] / jnp.maximum(spread, tiny)
+        cov, norm = jnp.sum(counts * spread), jnp.ones((), dtype)
     else:
         if covariance == "full":
             rows, cols = np.triu_indices(dim)
-            moments = jnp.zeros((k, dim, dim), x.dtype).at[:, rows, cols].set(second)
+            moments = jnp.zeros((k, dim, dim), dtype).at[:, rows, cols].set(second)
             moments = moments.at[:, cols, rows].set(second)
             cov = moments - centred[:, :, None] * centred[:, None, :]
             square = jnp.diagonal(moments, axis1=-2, axis2=-1)
             variances = jnp.diagonal(cov, axis1=-2, axis2=-1)
             norm = safe[:, None, None]
+            rounding = dim * float(jnp.finfo(dtype).eps) * jnp.max(square, axis=1)
+            doubtful = jnp.linalg.eigvalsh(cov)[:, 0] <= rounding
         elif covariance == "diag":
             square = second
             cov = variances = second - centred * centred
@@ -601,13 +610,26 @@ def _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
             variances = second - jnp.sum(centred * centred, axis=1, keepdims=True)
             cov = jnp.broadcast_to(variances / dim, (k, dim))
             norm = safe[:, None]
-        ratio = jnp.max(square / jnp.maximum(variances, jnp.finfo(x.dtype).tiny), axis=1)
-        cancels = state.active & (counts > 0) & (ratio > _cancellation_limit(x.dtype))
-        cov = jax.lax.cond(
-            jnp.any(cancels),
-            lambda: _exact_scatter(x, features, eta, state.active, mode, means,
-                                   covariance) / norm,
-            lambda: cov)
+        ratio = jnp.max(square / jnp.maximum(variances, tiny), axis=1)
+    cancels = jnp.any(state.active & (counts > 0)
+                      & ((ratio > _cancellation_limit(dtype)) | doubtful))
+    return {"counts": counts, "means": means, "cov": cov, "norm": norm, "cancels": cancels}
+
+
+def _finish_m_step(parts, state, reg_covar, min_count, variance_floor, weight_offset, *, mode,
+                   covariance, prune):
+    """Covariances, pruning and weights from :func:`_moment_form`'s ``parts``.
+
+    ``parts["cov"]`` is the moment form or, where it would cancel, the exact
+    scatter divided by ``parts["norm"]`` (the caller substitutes it).
+    """
+    k, dim = state.means.shape
+    counts, means, cov = parts["counts"], parts["means"], parts["cov"]
+    eye = jnp.eye(dim, dtype=state.means.dtype)
+    if mode == "nearest":
+        variance = cov / (jnp.maximum(jnp.sum(counts), 1.0) * dim)
+        cov = jnp.broadcast_to((variance + reg_covar) * eye, (k, dim, dim))
+    else:
         if covariance != "full":
             cov = jax.vmap(jnp.diag)(cov)
         cov = _project(cov, covariance) + reg_covar * eye
@@ -624,6 +646,38 @@ def _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
             active = active & (weights > 0)
     weights = weights / jnp.maximum(jnp.sum(weights), 1e-30)
     return _State(weights, jnp.where(active[:, None], means, state.means), cov, active)
+
+
+def _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, prune,
+            min_count, variance_floor, weight_offset, axis_name=None):
+    """Weights, means and covariances from the sweep's statistics (eq. 17-18, 19-20, 21-22).
+
+    The moment form (:func:`_moment_form`) where it can be trusted; else the
+    scatter recomputed about the new means (:func:`_exact_scatter`), or for
+    k-means the total squared error sum_n ||x_n - m_{y_n}||^2 from the
+    assignment. ``axis_name`` (the sharded fit, inside ``shard_map``): x,
+    ``labels`` and ``features`` are one device's rows (``features.valid`` False on
+    padded ones), ``stats`` already summed over the devices; the exact fallbacks
+    are summed over the devices too.
+    """
+    num = x.shape[0]
+    parts = _moment_form(stats, state, features.shift, mode=mode, covariance=covariance)
+    means = parts["means"]
+    if mode == "nearest":
+        def exact():
+            residual = x - means[labels]
+            if axis_name is None:
+                return jnp.sum(residual * residual)
+            valid = features.valid.reshape(-1)[:num]
+            return psum(jnp.sum(jnp.where(valid[:, None], residual * residual, 0.0)),
+                        axis_name)
+    else:
+        def exact():
+            return _exact_scatter(x, features, eta, state.active, mode, means, covariance,
+                                  axis_name) / parts["norm"]
+    cov = jax.lax.cond(parts["cancels"], exact, lambda: parts["cov"])
+    return _finish_m_step({**parts, "cov": cov}, state, reg_covar, min_count, variance_floor,
+                          weight_offset, mode=mode, covariance=covariance, prune=prune)
 
 
 def _bucket(k):
@@ -690,6 +744,79 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
     return state, it, done, objective_trace, count_trace, values, labels, nearest
 
 
+def _shard_features(x, valid, kind, shift):
+    """:func:`_block_features` of one device's rows about the whole data's centre ``shift``.
+
+    ``valid`` (rows,) is False on the rows that pad the data to a multiple of the
+    mesh size (:func:`inference.sharding.pad_examples`); they stay masked.
+    """
+    num, dim = x.shape
+    block = _block_rows(num, _feature_width(kind, dim))
+    num_blocks = -(-num // block)
+    extra = num_blocks * block - num
+    rows = jnp.pad(x, ((0, extra), (0, 0))).reshape(num_blocks, block, -1)
+    phi = jax.lax.map(lambda rows: quadratic_features(rows, kind, shift)[1], rows)
+    return _Features(shift, phi, jnp.pad(valid, (0, extra)).reshape(num_blocks, block))
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune",
+                                             "mesh"))
+def _run_sharded(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset, *,
+                 mode, covariance, max_iterations, prune, mesh):
+    """:func:`_run` with the examples split over ``mesh`` (x and ``valid`` padded to a
+    multiple of its size, rows split along its example axis).
+
+    Every device sweeps its own rows (:func:`_sweep`, unchanged); the statistics
+    ``R^T t(x)``, the objective, the count of changed labels and the M-step's exact
+    fallbacks are summed over the devices (``psum``), so the parameters stay the
+    same on every device and equal the single-device fit's up to float rounding.
+    Returns what :func:`_run` returns, the labels padded like x.
+    """
+    axis = mesh_axis(mesh)
+
+    def per_shard(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset):
+        rows = x.shape[0]
+        num = psum(jnp.sum(valid).astype(x.dtype), axis)
+        shift = psum(jnp.sum(jnp.where(valid[:, None], x, 0.0), axis=0), axis) / num
+        features = _shard_features(x, valid, _kind_of(covariance), shift)
+
+        def body(carry):
+            state, it, prev, _, objective_trace, count_trace, prev_labels = carry
+            eta = _log_joint_eta(x, state, mode, covariance, features.shift)
+            stats, objective, labels = _sweep(features, eta, state.active, mode, rows)
+            stats = psum(stats, axis)
+            objective = psum(objective * rows, axis) / num
+            new = _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
+                          prune, min_count, variance_floor, weight_offset, axis_name=axis)
+            change = jnp.abs(prev - objective) / jnp.maximum(jnp.abs(objective), 1e-30)
+            if mode == "stochastic":
+                same, labels = jnp.asarray(False), prev_labels
+            else:
+                same = psum(jnp.sum((labels != prev_labels) & valid), axis) == 0
+            done = (change <= tol) | same
+            return (new, it + 1, objective, done, objective_trace.at[it].set(objective),
+                    count_trace.at[it].set(jnp.sum(new.active).astype(jnp.int32)), labels)
+
+        def running(carry):
+            return (~carry[3]) & (carry[1] < max_iterations)
+
+        labels0 = jnp.full(rows if mode != "stochastic" else 1, -1, jnp.int32)
+        init = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
+                jnp.full(max_iterations, jnp.nan, x.dtype), jnp.zeros(max_iterations, jnp.int32),
+                labels0)
+        state, it, _, done, objective_trace, count_trace, _ = jax.lax.while_loop(
+            running, body, init)
+        values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
+                                                  state.covariances, state.active, covariance,
+                                                  map_is_nearest=mode == "nearest",
+                                                  axis_name=axis)
+        return state, it, done, objective_trace, count_trace, values, labels, nearest
+
+    split, same = P(axis), P()
+    run = map_shards(per_shard, mesh, 2, (same,) * 6 + (split, split))
+    return run(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset)
+
+
 def criteria(x, weights, means, covariances, covariance="full"):
     """L_stocha, L_map, L_NN and J of a mixture on data x (module docstring), as floats."""
     values, _, _ = _criteria(jnp.asarray(x), weights, means, covariances, covariance)
@@ -717,7 +844,7 @@ def _criteria(x, weights, means, covariances, covariance):
 
 
 def _block_criteria(x, features, weights, means, covariances, active, covariance,
-                    map_is_nearest=False):
+                    map_is_nearest=False, axis_name=None):
     """:func:`criteria` of the ``active`` components from the data's blocked features.
 
     ``features`` are :func:`_block_features` of x for the covariance family (the
@@ -727,6 +854,9 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
     components). ``map_is_nearest`` (static): the mixture has equal weights and one
     shared spherical covariance, as every k-means fit ends with, so its most
     probable component is the nearest mean and the energies need no second product.
+    ``axis_name`` (the sharded fit, inside ``shard_map``): x and ``features`` are one
+    device's rows, ``features.valid`` False on padded ones; the means over examples
+    are summed over the devices, the labels are the device's rows.
     """
     num, dim = x.shape
     k = means.shape[0]
@@ -775,12 +905,23 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
     rows = jnp.pad(x, ((0, num_blocks * block - num), (0, 0))).reshape(num_blocks, block, dim)
     log_px, labels, top, nearest, squared = (
         value.reshape(-1)[:num] for value in jax.lax.map(per_block, (rows, features.blocks)))
-    l_stocha = -jnp.mean(log_px)
-    hard = jnp.bincount(labels, length=k) / num
     log_weights = jnp.log(jnp.where(weights > 0, weights, 1.0))
-    l_map = (-jnp.mean(top - log_weights[labels])
+    if axis_name is None:
+        mean = jnp.mean
+        hard = jnp.bincount(labels, length=k) / num
+    else:  # one device's rows: sums over the valid ones, added over the devices
+        valid = features.valid.reshape(-1)[:num]
+        total = psum(jnp.sum(valid).astype(x.dtype), axis_name)
+
+        def mean(value):
+            return psum(jnp.sum(jnp.where(valid, value, 0.0)), axis_name) / total
+
+        hard = psum(jnp.bincount(labels, weights=valid.astype(x.dtype), length=k),
+                    axis_name) / total
+    l_stocha = -mean(log_px)
+    l_map = (-mean(top - log_weights[labels])
              - jnp.sum(jnp.where(hard > 0, hard * jnp.log(jnp.where(hard > 0, hard, 1.0)), 0.0)))
-    e_mse = jnp.mean(squared)
+    e_mse = mean(squared)
     b0 = 0.5 * dim * math.log(2 * math.pi)
     log_k = jnp.log(jnp.maximum(jnp.sum(active), 1).astype(x.dtype))
     l_nn = 0.5 * dim + log_k + 0.5 * dim * jnp.log(e_mse / dim) + b0
@@ -823,7 +964,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                 prune: bool = True, rng_key=None, init: str = "kmeans++", init_means=None,
                 init_weights=None, init_covariances=None, max_iterations: int = 200,
                 tol: float = 1e-7, reg_covar: float = 1e-6, min_count=None,
-                variance_threshold: float = 1e-6, weight_rule: str = "ml") -> MixtureResult:
+                variance_threshold: float = 1e-6, weight_rule: str = "ml", devices=None,
+                mesh=None, batch_size=None) -> MixtureResult:
     """Fit the Gaussian-mixture program by EM, hard-cut EM or k-means (module docstring).
 
     Parameters
@@ -863,6 +1005,26 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         that does not pay for its parameters loses weight, then its points, and
         is discarded when its weight reaches zero (sec. 5.2's rule). Needs
         ``prune=True`` and a mode other than ``"nearest"`` (equal weights).
+    devices : None, int or sequence of jax.Device
+        Split the examples over these devices (:func:`inference.sharding.resolve_mesh`):
+        ``None`` uses all of ``jax.devices()`` when there are several (else the plain
+        single-device path), an int the first that many. Every iteration's sweep
+        runs on each device's rows and its statistics are summed over the devices
+        (``shard_map`` and ``psum``); the result equals the single-device fit up to
+        float rounding. Any number of examples works: x is padded with masked rows
+        to a multiple of the device count. The initial means (k-means++) and the
+        input checks run on the whole x as before.
+    mesh : jax.sharding.Mesh, optional
+        A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
+    batch_size : int, optional
+        Rows per batch when x is read as a stream (below).
+
+    ``x`` may also be a stream too large for memory: an ``np.memmap``, a callable
+    returning a fresh iterator of (rows, d) batches, a list of batches or a
+    :class:`inference.streaming.BatchSource`. The fit then runs by passes over the
+    batches (:func:`inference.streaming.fit_mixture_stream`): the same algorithm and
+    result, except that ``labels`` is None (call that function with
+    ``return_labels=True`` for them). Streams are not split over devices.
 
     Returns
     -------
@@ -879,6 +1041,22 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                          f"got prune={prune!r}, mode={mode!r}")
     if init not in ("kmeans++", "random"):
         raise ValueError(f"init must be 'kmeans++' or 'random'; got {init!r}")
+    from inference import streaming  # here: streaming imports this module
+
+    if streaming.is_stream(x):
+        if devices is not None or mesh is not None:
+            raise ValueError("devices= and mesh= apply to an in-memory x, not to a stream "
+                             f"of batches; got devices={devices!r}, mesh={mesh!r}")
+        return streaming.fit_mixture_stream(
+            x, num_components, mode=mode, covariance=covariance, prune=prune,
+            rng_key=rng_key, init=init, init_means=init_means, init_weights=init_weights,
+            init_covariances=init_covariances, max_iterations=max_iterations, tol=tol,
+            reg_covar=reg_covar, min_count=min_count, variance_threshold=variance_threshold,
+            weight_rule=weight_rule, batch_size=batch_size)
+    if batch_size is not None:
+        raise ValueError(f"batch_size applies to a stream of batches; x is one array "
+                         f"(got batch_size={batch_size!r})")
+    mesh = resolve_mesh(devices, mesh)
     x = check_data(x, "x")
     num, dim = x.shape
     k = check_positive_int(num_components, "num_components")
@@ -923,10 +1101,17 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
     per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
     weight_offset = 0.5 * per_component[covariance] if weight_rule == "mml" else 0.0
-    state, it, done, objective_trace, count_trace, values, labels, nearest = _run(
-        x, state, tol, reg_covar, min_count, variance_threshold * spread, weight_offset,
-        mode=mode,
-        covariance=covariance, max_iterations=max_iterations, prune=prune)
+    options = dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune)
+    if mesh is None:
+        state, it, done, objective_trace, count_trace, values, labels, nearest = _run(
+            x, state, tol, reg_covar, min_count, variance_threshold * spread, weight_offset,
+            **options)
+    else:
+        padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
+        state, it, done, objective_trace, count_trace, values, labels, nearest = _run_sharded(
+            padded, valid, state, tol, reg_covar, min_count, variance_threshold * spread,
+            weight_offset, mesh=mesh, **options)
+        labels, nearest = labels[:num], nearest[:num]
     it, done, values, active = jax.device_get((it, done, values, state.active))
     it = int(it)
     keep = np.flatnonzero(active)

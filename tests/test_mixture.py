@@ -348,3 +348,27 @@ def test_kmeans_needs_no_d_plus_one_points_and_pruning_everything_is_an_error():
     assert np.bincount(np.asarray(kmeans.labels), minlength=4).min() >= 1
     with pytest.raises(ValueError, match="pruning discarded all 4 components"):
         fit_mixture(x, 4, rng_key=jax.random.key(1))
+
+
+def test_moment_form_is_distrusted_where_it_is_indefinite_though_no_diagonal_cancels():
+    """The full moment form E[z z^T] - mu mu^T can be indefinite with every diagonal
+    ratio E[z_i^2] / Var_i small (here 10): the M-step must then recompute the scatter."""
+    from inference.mixture import _moment_form, _State
+
+    mean = np.array([3.0, 3.0])
+
+    def stats_for(cov):
+        second = np.outer(mean, mean) + cov
+        upper = second[np.triu_indices(2)]
+        return jnp.asarray(np.concatenate([upper, mean, [1.0]])[None, :], jnp.float32)
+
+    state = _State(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None], jnp.ones(1, bool))
+    shift = jnp.zeros(2)
+    indefinite = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-3]])  # eigenvalues 2.0, -5e-4
+    healthy = np.array([[1.0, 0.5], [0.5, 1.0]])
+    parts = _moment_form(stats_for(indefinite), state, shift, mode="stochastic",
+                         covariance="full")
+    assert np.linalg.eigvalsh(np.asarray(parts["cov"][0], np.float64))[0] < 0
+    assert bool(parts["cancels"])
+    assert not bool(_moment_form(stats_for(healthy), state, shift, mode="stochastic",
+                                 covariance="full")["cancels"])
