@@ -9,8 +9,8 @@ must be set before JAX starts), on the same data and parameters:
   (``_log_joint_eta``) and one ``_sweep`` over the blocked quadratic features
   (responsibilities, objective, R^T t(x)). ``plain``: exactly that, jitted, on
   one device, features from ``_block_features``. ``sharded``: the body of
-  ``inference.mixture._run_sharded`` -- every device sweeps its rows
-  (``_shard_features``, padded and masked), then ``psum`` of the statistics and
+  ``inference.mixture_sharded._run_sharded`` -- every device sweeps its rows
+  (``_block_features``, padded and masked), then ``psum`` of the statistics and
   the objective -- under ``shard_map`` on a mesh of n devices;
 * MCVQ (``inference.mcvq``): one iteration, ``_step`` (g-step, M-step, E-step,
   statistics and free energy; its sums over examples are the two matrix
@@ -92,6 +92,7 @@ def _mixture_case(size, mesh):
     """(plain, sharded, args of each) for one mixture iteration's E-step and statistics."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax.sharding import PartitionSpec as P
 
     from inference import mixture as mx
@@ -109,9 +110,12 @@ def _mixture_case(size, mesh):
     data = mixture.generate(jax.random.key(0), num, k, dim, separation=3.0)
     x = jnp.asarray(data.x, jnp.float32)
     # A mid-fit state: a few EM iterations from k-means++ (every component active).
+    # devices=1: a fit split over simulated devices whose exact-scatter fallback runs
+    # can hang on 2 cores (see the README's note on simulated devices).
     fit = mx.fit_mixture(x[:20_000], k, rng_key=jax.random.key(1), max_iterations=3,
-                         prune=False, tol=0.0)
-    state = mx._State(fit.weights, fit.means, fit.covariances, jnp.ones(k, bool))
+                         prune=False, tol=0.0, devices=1)
+    state = mx._State(*(np.asarray(a) for a in (fit.weights, fit.means, fit.covariances)),
+                      np.ones(k, bool))  # host arrays: placed on the mesh by each call
     mode, covariance = "stochastic", "full"
 
     features = jax.jit(lambda x: mx._block_features(x, "full"))(x)
@@ -126,7 +130,7 @@ def _mixture_case(size, mesh):
     padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
 
     def shard_features(x, valid, shift):
-        return mx._shard_features(x, valid, "full", shift)
+        return mx._block_features(x, "full", shift, valid)
 
     split = mx._Features(P(), P(axis), P(axis))
     sharded_features = jax.jit(map_shards(shard_features, mesh, 2, split))(

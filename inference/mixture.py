@@ -77,13 +77,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 
 from inference.handlers import NoiselessGaussian, noiseless
 from inference.sharding import (
-    map_shards,
-    mesh_axis,
     mesh_size,
     pad_examples,
     psum,
@@ -437,18 +434,23 @@ class _Features(NamedTuple):
     valid: jax.Array  # (num_blocks, rows) False on padded rows
 
 
-def _block_features(x, kind):
-    """:func:`quadratic_features` of x cut into blocks of :func:`_block_rows` rows."""
+def _block_features(x, kind, shift=None, valid=None):
+    """:func:`quadratic_features` of x cut into blocks of :func:`_block_rows` rows.
+
+    ``shift`` defaults to the mean of x; ``valid`` (rows,) marks rows that are
+    padding already (one device's rows of a sharded fit) as False. Rows added to
+    fill the last block are masked too.
+    """
     num, dim = x.shape
     block = _block_rows(num, _feature_width(kind, dim))
     num_blocks = -(-num // block)
-    shift = jnp.mean(x, axis=0)
-    rows = jnp.pad(x, ((0, num_blocks * block - num), (0, 0))).reshape(num_blocks, block, -1)
-    # Built block by block (a block's products stay in cache); padded rows are masked
-    # by ``valid``.
+    extra = num_blocks * block - num
+    shift = jnp.mean(x, axis=0) if shift is None else shift
+    rows = jnp.pad(x, ((0, extra), (0, 0))).reshape(num_blocks, block, -1)
+    # Built block by block (a block's products stay in cache).
     phi = jax.lax.map(lambda rows: quadratic_features(rows, kind, shift)[1], rows)
-    valid = (jnp.arange(num_blocks * block) < num).reshape(num_blocks, block)
-    return _Features(shift, phi, valid)
+    valid = jnp.ones(num, bool) if valid is None else valid
+    return _Features(shift, phi, jnp.pad(valid, (0, extra)).reshape(num_blocks, block))
 
 
 def _log_joint_eta(x, state, mode, covariance, shift):
@@ -532,15 +534,14 @@ def _cancellation_limit(dtype):
     return float(jnp.finfo(dtype).eps) ** (-1.0 / 3.0)
 
 
-def _exact_scatter(x, features, eta, active, mode, means, covariance, axis_name=None):
+def _exact_scatter(x, features, eta, active, mode, means, covariance):
     """sum_n r_ny (x_n - m_y)(x_n - m_y)^T (k, d, d), or its diagonal (k, d), centred exactly.
 
     The responsibilities are recomputed block by block from ``eta`` (the E-step's
     parameters), so that the centred (k, block, d) array stays small. The fallback of
     :func:`_m_step` where the moment form would cancel (a component far from the
-    data's centre relative to its width). With ``axis_name`` (the sharded fit, inside
-    ``shard_map``), x and ``features`` are one device's rows and the scatter is summed
-    over the devices.
+    data's centre relative to its width). In a sharded fit, x and ``features`` are
+    one device's rows (padding masked by ``features.valid``): its part of the sum.
     """
     num_blocks, block, _ = features.blocks.shape
     dim = x.shape[1]
@@ -558,7 +559,7 @@ def _exact_scatter(x, features, eta, active, mode, means, covariance, axis_name=
     shape = (means.shape[0], dim, dim) if covariance == "full" else means.shape
     total, _ = jax.lax.scan(scatter, jnp.zeros(shape, x.dtype),
                             (rows, features.blocks, features.valid))
-    return psum(total, axis_name)
+    return total
 
 
 def _moment_form(stats, state, shift, *, mode, covariance):
@@ -669,13 +670,26 @@ def _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
             if axis_name is None:
                 return jnp.sum(residual * residual)
             valid = features.valid.reshape(-1)[:num]
-            return psum(jnp.sum(jnp.where(valid[:, None], residual * residual, 0.0)),
-                        axis_name)
+            return jnp.sum(jnp.where(valid[:, None], residual * residual, 0.0))
     else:
         def exact():
-            return _exact_scatter(x, features, eta, state.active, mode, means, covariance,
-                                  axis_name) / parts["norm"]
-    cov = jax.lax.cond(parts["cancels"], exact, lambda: parts["cov"])
+            return _exact_scatter(x, features, eta, state.active, mode, means, covariance)
+    if axis_name is None:
+        cov = jax.lax.cond(parts["cancels"],
+                           lambda: exact() / (1.0 if mode == "nearest" else parts["norm"]),
+                           lambda: parts["cov"])
+    else:
+        # Sharded: each device's part of the exact sum in the branch, the sum over the
+        # devices outside it, every iteration (XLA's CPU runtime can hang on a
+        # collective inside a conditional); the devices hold the same statistics, so
+        # they take the same branch.
+        shape = jax.eval_shape(exact)
+        local = jax.lax.cond(parts["cancels"], exact,
+                             lambda: jnp.zeros(shape.shape, shape.dtype))
+        summed = psum(local, axis_name)
+        if mode != "nearest":
+            summed = summed / parts["norm"]
+        cov = jnp.where(parts["cancels"], summed, parts["cov"])
     return _finish_m_step({**parts, "cov": cov}, state, reg_covar, min_count, variance_floor,
                           weight_offset, mode=mode, covariance=covariance, prune=prune)
 
@@ -703,28 +717,37 @@ def _pad(state):
                   jnp.concatenate([state.active, jnp.zeros(extra, bool)]))
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune"))
-def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
-         covariance,
-         max_iterations, prune):
-    trace0 = jnp.full(max_iterations, jnp.nan, x.dtype)
-    count0 = jnp.zeros(max_iterations, jnp.int32)
-    # The data's quadratic features, computed once: every iteration is one sweep over
-    # them (E-step and the M-step's statistics, _sweep), then the closed-form M-step.
-    features = _block_features(x, _kind_of(covariance))
+def _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor, weight_offset, *,
+              mode, covariance, max_iterations, prune, valid=None, axis_name=None, num=None):
+    """The EM loop on the blocked ``features`` of x, then the criteria at the fit.
+
+    Single device: ``valid`` and ``axis_name`` None. Sharded (inside ``shard_map``,
+    :mod:`inference.mixture_sharded`): x and ``features`` are one device's rows,
+    ``valid`` False on the padding, and the statistics, objective, changed labels
+    and exact fallbacks are summed over ``axis_name``; ``num`` is then the number of
+    valid rows over all devices.
+    """
+    rows = x.shape[0]
 
     def body(carry):
         state, it, prev, _, objective_trace, count_trace, prev_labels = carry
         eta = _log_joint_eta(x, state, mode, covariance, features.shift)
-        stats, objective, labels = _sweep(features, eta, state.active, mode, x.shape[0])
+        stats, objective, labels = _sweep(features, eta, state.active, mode, rows)
+        if axis_name is not None:  # one collective for every sum of the iteration
+            changed = (jnp.sum((labels != prev_labels) & valid) if mode != "stochastic"
+                       else jnp.zeros((), jnp.int32))
+            stats, total, changed = psum((stats, objective * rows, changed), axis_name)
+            objective = total / num
         new = _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
-                      prune, min_count, variance_floor, weight_offset)
+                      prune, min_count, variance_floor, weight_offset, axis_name=axis_name)
         change = jnp.abs(prev - objective) / jnp.maximum(jnp.abs(objective), 1e-30)
         # The hard modes reach a fixed point when no assignment changes.
         if mode == "stochastic":
             same, labels = jnp.asarray(False), prev_labels
-        else:
+        elif axis_name is None:
             same = jnp.all(labels == prev_labels)
+        else:
+            same = changed == 0
         done = (change <= tol) | same
         return (new, it + 1, objective, done, objective_trace.at[it].set(objective),
                 count_trace.at[it].set(jnp.sum(new.active).astype(jnp.int32)), labels)
@@ -732,89 +755,30 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
     def running(carry):
         return (~carry[3]) & (carry[1] < max_iterations)
 
-    labels0 = jnp.full(x.shape[0] if mode != "stochastic" else 1, -1, jnp.int32)
-    init = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False), trace0, count0,
+    labels0 = jnp.full(rows if mode != "stochastic" else 1, -1, jnp.int32)
+    init = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
+            jnp.full(max_iterations, jnp.nan, x.dtype), jnp.zeros(max_iterations, jnp.int32),
             labels0)
     state, it, _, done, objective_trace, count_trace, _ = jax.lax.while_loop(
         running, body, init)
     # The criteria of the fitted mixture from the same features, in the same call.
     values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
                                               state.covariances, state.active, covariance,
-                                              map_is_nearest=mode == "nearest")
+                                              map_is_nearest=mode == "nearest",
+                                              axis_name=axis_name)
     return state, it, done, objective_trace, count_trace, values, labels, nearest
 
 
-def _shard_features(x, valid, kind, shift):
-    """:func:`_block_features` of one device's rows about the whole data's centre ``shift``.
-
-    ``valid`` (rows,) is False on the rows that pad the data to a multiple of the
-    mesh size (:func:`inference.sharding.pad_examples`); they stay masked.
-    """
-    num, dim = x.shape
-    block = _block_rows(num, _feature_width(kind, dim))
-    num_blocks = -(-num // block)
-    extra = num_blocks * block - num
-    rows = jnp.pad(x, ((0, extra), (0, 0))).reshape(num_blocks, block, -1)
-    phi = jax.lax.map(lambda rows: quadratic_features(rows, kind, shift)[1], rows)
-    return _Features(shift, phi, jnp.pad(valid, (0, extra)).reshape(num_blocks, block))
-
-
-@functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune",
-                                             "mesh"))
-def _run_sharded(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset, *,
-                 mode, covariance, max_iterations, prune, mesh):
-    """:func:`_run` with the examples split over ``mesh`` (x and ``valid`` padded to a
-    multiple of its size, rows split along its example axis).
-
-    Every device sweeps its own rows (:func:`_sweep`, unchanged); the statistics
-    ``R^T t(x)``, the objective, the count of changed labels and the M-step's exact
-    fallbacks are summed over the devices (``psum``), so the parameters stay the
-    same on every device and equal the single-device fit's up to float rounding.
-    Returns what :func:`_run` returns, the labels padded like x.
-    """
-    axis = mesh_axis(mesh)
-
-    def per_shard(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset):
-        rows = x.shape[0]
-        num = psum(jnp.sum(valid).astype(x.dtype), axis)
-        shift = psum(jnp.sum(jnp.where(valid[:, None], x, 0.0), axis=0), axis) / num
-        features = _shard_features(x, valid, _kind_of(covariance), shift)
-
-        def body(carry):
-            state, it, prev, _, objective_trace, count_trace, prev_labels = carry
-            eta = _log_joint_eta(x, state, mode, covariance, features.shift)
-            stats, objective, labels = _sweep(features, eta, state.active, mode, rows)
-            stats = psum(stats, axis)
-            objective = psum(objective * rows, axis) / num
-            new = _m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar,
-                          prune, min_count, variance_floor, weight_offset, axis_name=axis)
-            change = jnp.abs(prev - objective) / jnp.maximum(jnp.abs(objective), 1e-30)
-            if mode == "stochastic":
-                same, labels = jnp.asarray(False), prev_labels
-            else:
-                same = psum(jnp.sum((labels != prev_labels) & valid), axis) == 0
-            done = (change <= tol) | same
-            return (new, it + 1, objective, done, objective_trace.at[it].set(objective),
-                    count_trace.at[it].set(jnp.sum(new.active).astype(jnp.int32)), labels)
-
-        def running(carry):
-            return (~carry[3]) & (carry[1] < max_iterations)
-
-        labels0 = jnp.full(rows if mode != "stochastic" else 1, -1, jnp.int32)
-        init = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
-                jnp.full(max_iterations, jnp.nan, x.dtype), jnp.zeros(max_iterations, jnp.int32),
-                labels0)
-        state, it, _, done, objective_trace, count_trace, _ = jax.lax.while_loop(
-            running, body, init)
-        values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
-                                                  state.covariances, state.active, covariance,
-                                                  map_is_nearest=mode == "nearest",
-                                                  axis_name=axis)
-        return state, it, done, objective_trace, count_trace, values, labels, nearest
-
-    split, same = P(axis), P()
-    run = map_shards(per_shard, mesh, 2, (same,) * 6 + (split, split))
-    return run(x, valid, state, tol, reg_covar, min_count, variance_floor, weight_offset)
+@functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune"))
+def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
+         covariance, max_iterations, prune):
+    """:func:`_fit_loop` on one device, the data's quadratic features computed once:
+    every iteration is one sweep over them (E-step and the M-step's statistics,
+    :func:`_sweep`), then the closed-form M-step."""
+    features = _block_features(x, _kind_of(covariance))
+    return _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor,
+                     weight_offset, mode=mode, covariance=covariance,
+                     max_iterations=max_iterations, prune=prune)
 
 
 def criteria(x, weights, means, covariances, covariance="full"):
@@ -907,21 +871,24 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
         value.reshape(-1)[:num] for value in jax.lax.map(per_block, (rows, features.blocks)))
     log_weights = jnp.log(jnp.where(weights > 0, weights, 1.0))
     if axis_name is None:
-        mean = jnp.mean
+        l_stocha = -jnp.mean(log_px)
         hard = jnp.bincount(labels, length=k) / num
-    else:  # one device's rows: sums over the valid ones, added over the devices
+        map_term = jnp.mean(top - log_weights[labels])
+        e_mse = jnp.mean(squared)
+    else:  # one device's rows: sums over the valid ones, added over the devices at once
         valid = features.valid.reshape(-1)[:num]
-        total = psum(jnp.sum(valid).astype(x.dtype), axis_name)
 
-        def mean(value):
-            return psum(jnp.sum(jnp.where(valid, value, 0.0)), axis_name) / total
+        def total(value):
+            return jnp.sum(jnp.where(valid, value, 0.0))
 
-        hard = psum(jnp.bincount(labels, weights=valid.astype(x.dtype), length=k),
-                    axis_name) / total
-    l_stocha = -mean(log_px)
-    l_map = (-mean(top - log_weights[labels])
+        count, log_px, map_term, squared, hard = psum(
+            (jnp.sum(valid).astype(x.dtype), total(log_px), total(top - log_weights[labels]),
+             total(squared), jnp.bincount(labels, weights=valid.astype(x.dtype), length=k)),
+            axis_name)
+        l_stocha, map_term, e_mse, hard = -log_px / count, map_term / count, squared / count, \
+            hard / count
+    l_map = (-map_term
              - jnp.sum(jnp.where(hard > 0, hard * jnp.log(jnp.where(hard > 0, hard, 1.0)), 0.0)))
-    e_mse = mean(squared)
     b0 = 0.5 * dim * math.log(2 * math.pi)
     log_k = jnp.log(jnp.maximum(jnp.sum(active), 1).astype(x.dtype))
     l_nn = 0.5 * dim + log_k + 0.5 * dim * jnp.log(e_mse / dim) + b0
@@ -1108,6 +1075,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
             **options)
     else:
         padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
+        from inference.mixture_sharded import _run_sharded  # imports this module
+
         state, it, done, objective_trace, count_trace, values, labels, nearest = _run_sharded(
             padded, valid, state, tol, reg_covar, min_count, variance_threshold * spread,
             weight_offset, mesh=mesh, **options)

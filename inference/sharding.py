@@ -148,8 +148,26 @@ def shard_examples(mesh: Mesh, *arrays):
 
 
 def psum(value, axis_name):
-    """``lax.psum(value, axis_name)``, or ``value`` itself when ``axis_name`` is None."""
-    return value if axis_name is None else jax.lax.psum(value, axis_name)
+    """``lax.psum(value, axis_name)``, or ``value`` itself when ``axis_name`` is None.
+
+    ``value`` may be a tuple of arrays: they are summed in ONE collective (raveled,
+    concatenated in a common dtype, split back). Independent collectives issued
+    separately may be started in different orders on different devices by XLA's
+    CPU runtime, which runs independent operations concurrently, and then wait on
+    each other for ever; sums needed at the same point go through one call.
+    """
+    if axis_name is None:
+        return value
+    if not isinstance(value, tuple):
+        return jax.lax.psum(value, axis_name)
+    arrays = [jnp.asarray(v) for v in value]
+    dtype = jnp.result_type(*arrays)
+    flat = jax.lax.psum(jnp.concatenate([a.astype(dtype).ravel() for a in arrays]), axis_name)
+    out, start = [], 0
+    for a in arrays:
+        out.append(flat[start:start + a.size].reshape(a.shape).astype(a.dtype))
+        start += a.size
+    return tuple(out)
 
 
 def map_shards(fn: Callable, mesh: Mesh, num_sharded: int, out_specs):

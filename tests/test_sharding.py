@@ -28,6 +28,7 @@ from inference import clipped_gaussian as clipped_module
 from inference import gvq as gvq_module
 from inference import mcvq as mcvq_module
 from inference import mixture as mixture_module
+from inference import mixture_sharded as mixture_sharded_module
 from inference.clipped_gaussian import empirical_moments
 from inference.sharding import pad_examples, resolve_mesh
 from ppl_models.diagnostics import ConvergenceWarning
@@ -217,7 +218,7 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
 
     data = _inputs()
     x = data["mixture_x"]
-    monkeypatch.setattr(mixture_module, "_run_sharded", forbidden)
+    monkeypatch.setattr(mixture_sharded_module, "_run_sharded", forbidden)
     monkeypatch.setattr(gvq_module, "_run_sharded", forbidden)
     monkeypatch.setattr(mcvq_module, "_run_restarts_sharded", forbidden)
     monkeypatch.setattr(association_module, "_associate_sharded", forbidden)
