@@ -1,8 +1,9 @@
-"""Command line: ``ppl-zoo compare MODEL`` and ``ppl-zoo list``.
+"""Command line: ``ppl-zoo compare MODEL``, ``ppl-zoo list`` and ``ppl-zoo reproduce``.
 
 ``compare`` runs the model's registered comparison (:mod:`inference.compare`),
 prints the table and writes CSV, JSON and a PNG into ``--output-dir``
-(default ``./zoo-results``).
+(default ``./zoo-results``). ``reproduce`` runs the papers' experiments of
+``examples/`` and writes a report of paper vs ours (:mod:`inference.reproduce`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,23 @@ def build_parser() -> argparse.ArgumentParser:
                          help="smaller problem and fewer steps, for a smoke test")
     compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     commands.add_parser("list", help="list the models that have a comparison")
+    reproduce = commands.add_parser(
+        "reproduce", help="run the papers' experiments (examples/) and report paper vs ours")
+    reproduce.add_argument("--output-dir", default="zoo-reproduce",
+                           help="folder for report.md, findings.json, figures and logs "
+                                "(default: ./zoo-reproduce)")
+    reproduce.add_argument("--full", action="store_true",
+                           help="the examples' full sizes (about an hour) instead of quick ones")
+    reproduce.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    reproduce.add_argument("--list", action="store_true", help="list the experiments and exit")
+    reproduce.add_argument("--html", action="store_true", help="also write report.html")
+    reproduce.add_argument("--examples-dir", help="the examples folder (default: examples/ of "
+                                                  "the repository the package is installed from)")
+    reproduce.add_argument("--compare", metavar="PREVIOUS.json",
+                           help="a previous findings.json: print which verdicts and values changed")
+    reproduce.add_argument("--timeout", type=float, default=None,
+                           help="seconds after which one example counts as failed (default: none)")
+    reproduce.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 
@@ -41,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     from ppl_models import REGISTRY
 
     args = build_parser().parse_args(argv)
+    if args.command == "reproduce":
+        from inference import reproduce
+
+        try:
+            return reproduce.main(args)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"ppl-zoo reproduce: {error}", file=sys.stderr)
+            return 2
     _load_comparisons()
     if args.command == "list":
         for name in sorted(COMPARISONS):
