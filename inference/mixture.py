@@ -927,6 +927,61 @@ def _has_distinct_rows(x, k):
     return prefix.shape[0] < x.shape[0] and np.unique(x, axis=0).shape[0] >= k
 
 
+def _check_options(mode, covariance, weight_rule, prune, init):
+    """The option checks of :func:`fit_mixture` (and of the streaming fit)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+    if covariance not in mixture.COVARIANCES:
+        raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
+    if weight_rule not in ("ml", "mml"):
+        raise ValueError(f"weight_rule must be 'ml' or 'mml'; got {weight_rule!r}")
+    if weight_rule == "mml" and (not prune or mode == "nearest"):
+        raise ValueError("weight_rule='mml' needs prune=True and mode 'stochastic' or 'map'; "
+                         f"got prune={prune!r}, mode={mode!r}")
+    if init not in ("kmeans++", "random"):
+        raise ValueError(f"init must be 'kmeans++' or 'random'; got {init!r}")
+
+
+def _initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init_weights,
+                   init_covariances, weight_rule):
+    """The start of a fit (padded, :func:`_pad`) and the MML weight offset.
+
+    Means: ``init_means``, or k-means++ / random rows (plus noise of 1% of the
+    data's spread) of ``seed_x`` (the data, or a streaming fit's first batch).
+    Weights equal and covariances spread / k times I unless given; ``covariance``
+    is the family after the k-means override.
+    """
+    dim, dtype = seed_x.shape[1], seed_x.dtype
+    if init_means is None:
+        key_means, key_noise = jax.random.split(rng_key)
+        if init == "kmeans++":
+            means = _kmeans_plus_plus(key_means, seed_x, k)
+        else:
+            rows = jax.random.choice(key_means, seed_x.shape[0], (k,), replace=False)
+            means = seed_x[rows] + 0.01 * math.sqrt(spread) * jax.random.normal(key_noise,
+                                                                               (k, dim))
+    else:
+        means = jnp.asarray(init_means, dtype)
+        if means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(means))):
+            raise ValueError(f"init_means must be finite with shape ({k}, {dim}); "
+                             f"got shape {means.shape}")
+    weights = (jnp.full(k, 1.0 / k, dtype) if init_weights is None
+               else jnp.asarray(init_weights, dtype))
+    if weights.shape != (k,) or not bool(jnp.all(weights > 0)):
+        raise ValueError(f"init_weights must be positive with shape ({k},); got {weights}")
+    weights = weights / jnp.sum(weights)
+    if init_covariances is None:
+        cov = jnp.broadcast_to(spread / k * jnp.eye(dim, dtype=dtype), (k, dim, dim))
+    else:
+        cov = jnp.asarray(init_covariances, dtype)
+        if cov.shape != (k, dim, dim):
+            raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
+                             f"got {cov.shape}")
+    state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
+    per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
+    return state, (0.5 * per_component[covariance] if weight_rule == "mml" else 0.0)
+
+
 def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance: str = "full",
                 prune: bool = True, rng_key=None, init: str = "kmeans++", init_means=None,
                 init_weights=None, init_covariances=None, max_iterations: int = 200,
@@ -997,17 +1052,7 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     -------
     MixtureResult
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if covariance not in mixture.COVARIANCES:
-        raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
-    if weight_rule not in ("ml", "mml"):
-        raise ValueError(f"weight_rule must be 'ml' or 'mml'; got {weight_rule!r}")
-    if weight_rule == "mml" and (not prune or mode == "nearest"):
-        raise ValueError("weight_rule='mml' needs prune=True and mode 'stochastic' or 'map'; "
-                         f"got prune={prune!r}, mode={mode!r}")
-    if init not in ("kmeans++", "random"):
-        raise ValueError(f"init must be 'kmeans++' or 'random'; got {init!r}")
+    _check_options(mode, covariance, weight_rule, prune, init)
     from inference import streaming  # here: streaming imports this module
 
     if streaming.is_stream(x):
@@ -1039,35 +1084,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         covariance = "spherical"
     # After the override: k-means fits spherical clusters, so d + 1 points are not needed.
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
-    if init_means is None:
-        if rng_key is None:
-            raise ValueError("rng_key is required unless init_means is given")
-        key_means, key_noise = jax.random.split(rng_key)
-        if init == "kmeans++":
-            means = _kmeans_plus_plus(key_means, x, k)
-        else:
-            rows = jax.random.choice(key_means, num, (k,), replace=False)
-            means = x[rows] + 0.01 * math.sqrt(spread) * jax.random.normal(key_noise, (k, dim))
-    else:
-        means = jnp.asarray(init_means, x.dtype)
-        if means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(means))):
-            raise ValueError(f"init_means must be finite with shape ({k}, {dim}); "
-                             f"got shape {means.shape}")
-    weights = (jnp.full(k, 1.0 / k, x.dtype) if init_weights is None
-               else jnp.asarray(init_weights, x.dtype))
-    if weights.shape != (k,) or not bool(jnp.all(weights > 0)):
-        raise ValueError(f"init_weights must be positive with shape ({k},); got {weights}")
-    weights = weights / jnp.sum(weights)
-    if init_covariances is None:
-        cov = jnp.broadcast_to(spread / k * jnp.eye(dim, dtype=x.dtype), (k, dim, dim))
-    else:
-        cov = jnp.asarray(init_covariances, x.dtype)
-        if cov.shape != (k, dim, dim):
-            raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
-                             f"got {cov.shape}")
-    state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
-    per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
-    weight_offset = 0.5 * per_component[covariance] if weight_rule == "mml" else 0.0
+    if init_means is None and rng_key is None:
+        raise ValueError("rng_key is required unless init_means is given")
+    state, weight_offset = _initial_state(x, k, spread, covariance, init, rng_key, init_means,
+                                          init_weights, init_covariances, weight_rule)
     options = dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune)
     if mesh is None:
         state, it, done, objective_trace, count_trace, values, labels, nearest = _run(

@@ -56,19 +56,17 @@ import numpy as np
 
 from inference import mixture_online
 from inference.mixture import (
-    MODES,
     MixtureResult,
     _block_responsibilities,
     _block_rows,
+    _check_options,
     _feature_width,
     _finish_m_step,
     _first_argmax,
+    _initial_state,
     _kind_of,
-    _kmeans_plus_plus,
     _log_joint_eta,
     _moment_form,
-    _pad,
-    _project,
     _State,
     quadratic_features,
 )
@@ -488,17 +486,7 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     -------
     MixtureResult
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if covariance not in mixture.COVARIANCES:
-        raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
-    if weight_rule not in ("ml", "mml"):
-        raise ValueError(f"weight_rule must be 'ml' or 'mml'; got {weight_rule!r}")
-    if weight_rule == "mml" and (not prune or mode == "nearest"):
-        raise ValueError("weight_rule='mml' needs prune=True and mode 'stochastic' or 'map'; "
-                         f"got prune={prune!r}, mode={mode!r}")
-    if init not in ("kmeans++", "random"):
-        raise ValueError(f"init must be 'kmeans++' or 'random'; got {init!r}")
+    _check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     check_positive(reg_covar, "reg_covar") if reg_covar else None
@@ -543,38 +531,13 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         covariance = "spherical"
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
     shift = jnp.asarray(mean, dtype)
-    if init_means is None:
-        first_x = jnp.asarray(np.asarray(first, dtype))
-        if init == "kmeans++" and _distinct_rows(np.asarray(first), k).shape[0] < k:
-            raise ValueError(f"the first batch of source has fewer than num_components={k} "
-                             "distinct rows to seed from; pass init_means or larger batches")
-        key_means, key_noise = jax.random.split(rng_key)
-        if init == "kmeans++":
-            means = _kmeans_plus_plus(key_means, first_x, k)
-        else:
-            rows = jax.random.choice(key_means, first_x.shape[0], (k,), replace=False)
-            means = first_x[rows] + 0.01 * math.sqrt(spread) * jax.random.normal(
-                key_noise, (k, dim))
-    else:
-        means = jnp.asarray(init_means, dtype)
-        if means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(means))):
-            raise ValueError(f"init_means must be finite with shape ({k}, {dim}); "
-                             f"got shape {means.shape}")
-    weights = (jnp.full(k, 1.0 / k, dtype) if init_weights is None
-               else jnp.asarray(init_weights, dtype))
-    if weights.shape != (k,) or not bool(jnp.all(weights > 0)):
-        raise ValueError(f"init_weights must be positive with shape ({k},); got {weights}")
-    weights = weights / jnp.sum(weights)
-    if init_covariances is None:
-        cov = jnp.broadcast_to(spread / k * jnp.eye(dim, dtype=dtype), (k, dim, dim))
-    else:
-        cov = jnp.asarray(init_covariances, dtype)
-        if cov.shape != (k, dim, dim):
-            raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
-                             f"got {cov.shape}")
-    state = _pad(_State(weights, means, _project(cov, covariance), jnp.ones(k, bool)))
-    per_component = {"full": dim * (dim + 3) // 2, "diag": 2 * dim, "spherical": dim + 1}
-    weight_offset = 0.5 * per_component[covariance] if weight_rule == "mml" else 0.0
+    if (init_means is None and init == "kmeans++"
+            and _distinct_rows(np.asarray(first), k).shape[0] < k):
+        raise ValueError(f"the first batch of source has fewer than num_components={k} "
+                         "distinct rows to seed from; pass init_means or larger batches")
+    state, weight_offset = _initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
+                                          covariance, init, rng_key, init_means, init_weights,
+                                          init_covariances, weight_rule)
     kind = _kind_of(covariance)
     passes = _Pass(data, dtype, _feature_width(kind, dim), first.shape[0])
     block = passes.block
