@@ -982,6 +982,37 @@ def _initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, ini
     return state, (0.5 * per_component[covariance] if weight_rule == "mml" else 0.0)
 
 
+def _check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prune, min_count,
+               variance_threshold, spread, reg_covar, max_iterations, stacklevel=3):
+    """After a fit: the surviving components' indices and the collapsed ones among them.
+
+    Raises if pruning discarded every component; warns (ConvergenceWarning) when the
+    fit did not converge and when, without pruning, a component's smallest
+    covariance eigenvalue is at ``reg_covar``.
+    """
+    keep = np.flatnonzero(active)
+    if keep.size == 0:
+        raise ValueError(
+            f"{caller}: the sec. 5.2 pruning discarded all {k} components (min_count="
+            f"{min_count} points each, variance_threshold={variance_threshold}; {data_name} "
+            f"has {num} examples in {dim} dimensions); use fewer components, "
+            "covariance='diag' or 'spherical', a smaller min_count, or prune=False")
+    if not done:
+        warnings.warn(f"{caller}: not converged after {max_iterations} iterations "
+                      f"(mode={mode!r}); raise max_iterations", ConvergenceWarning,
+                      stacklevel=stacklevel)
+    collapsed = np.zeros(0, int)
+    if not prune and mode != "nearest":
+        smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
+        collapsed = np.flatnonzero((smallest < variance_threshold * spread + 2 * reg_covar)
+                                   & active)
+        if collapsed.size:
+            warnings.warn(f"{caller}: component(s) {collapsed.tolist()} collapsed (smallest "
+                          "covariance eigenvalue at reg_covar); prune=True discards them",
+                          ConvergenceWarning, stacklevel=stacklevel)
+    return keep, collapsed
+
+
 def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance: str = "full",
                 prune: bool = True, rng_key=None, init: str = "kmeans++", init_means=None,
                 init_weights=None, init_covariances=None, max_iterations: int = 200,
@@ -1103,25 +1134,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         labels, nearest = labels[:num], nearest[:num]
     it, done, values, active = jax.device_get((it, done, values, state.active))
     it = int(it)
-    keep = np.flatnonzero(active)
-    if keep.size == 0:
-        raise ValueError(
-            f"fit_mixture: the sec. 5.2 pruning discarded all {k} components (min_count="
-            f"{min_count} points each, variance_threshold={variance_threshold}; x has {num} "
-            f"examples in {dim} dimensions); use fewer components, covariance='diag' or "
-            "'spherical', a smaller min_count, or prune=False")
-    if not bool(done):
-        warnings.warn(f"fit_mixture: not converged after {max_iterations} iterations "
-                      f"(mode={mode!r}); raise max_iterations", ConvergenceWarning, stacklevel=2)
-    collapsed = np.zeros(0, int)
-    if not prune and mode != "nearest":
-        smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
-        collapsed = np.flatnonzero((smallest < variance_threshold * spread + 2 * reg_covar)
-                                   & active)
-        if collapsed.size:
-            warnings.warn(f"fit_mixture: component(s) {collapsed.tolist()} collapsed (smallest "
-                          "covariance eigenvalue at reg_covar); prune=True discards them",
-                          ConvergenceWarning, stacklevel=2)
+    keep, collapsed = _check_end("fit_mixture", "x", state, active, bool(done), k, num, dim,
+                                 mode=mode, prune=prune, min_count=min_count,
+                                 variance_threshold=variance_threshold, spread=spread,
+                                 reg_covar=reg_covar, max_iterations=max_iterations)
     weights, means, cov = state.weights[keep], state.means[keep], state.covariances[keep]
     values = {name: float(value) for name, value in values.items()}
     # Labels index the surviving components (the fit's criteria are over those only).

@@ -59,6 +59,7 @@ from inference.mixture import (
     MixtureResult,
     _block_responsibilities,
     _block_rows,
+    _check_end,
     _check_options,
     _feature_width,
     _finish_m_step,
@@ -71,7 +72,7 @@ from inference.mixture import (
     quadratic_features,
 )
 from ppl_models import mixture
-from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive, check_positive_int
 
 __all__ = ["BatchSource", "batches", "is_stream", "fit_mixture_stream", "OnlineStreamResult",
@@ -614,25 +615,11 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     values = {name: float(value) for name, value in values.items()}
 
     active = np.asarray(active)
-    keep = np.flatnonzero(active)
-    if keep.size == 0:
-        raise ValueError(
-            f"fit_mixture_stream: the sec. 5.2 pruning discarded all {k} components "
-            f"(min_count={min_count} points each, variance_threshold={variance_threshold}; "
-            f"source has {num} examples in {dim} dimensions); use fewer components, "
-            "covariance='diag' or 'spherical', a smaller min_count, or prune=False")
-    if not done:
-        warnings.warn(f"fit_mixture_stream: not converged after {max_iterations} iterations "
-                      f"(mode={mode!r}); raise max_iterations", ConvergenceWarning, stacklevel=3)
-    collapsed = np.zeros(0, int)
-    if not prune and mode != "nearest":
-        smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
-        collapsed = np.flatnonzero((smallest < variance_threshold * spread + 2 * reg_covar)
-                                   & active)
-        if collapsed.size:
-            warnings.warn(f"fit_mixture_stream: component(s) {collapsed.tolist()} collapsed "
-                          "(smallest covariance eigenvalue at reg_covar); prune=True discards "
-                          "them", ConvergenceWarning, stacklevel=3)
+    keep, collapsed = _check_end("fit_mixture_stream", "source", state, active, bool(done), k,
+                                 num, dim, mode=mode, prune=prune, min_count=min_count,
+                                 variance_threshold=variance_threshold, spread=spread,
+                                 reg_covar=reg_covar, max_iterations=max_iterations,
+                                 stacklevel=4)
     labels = None
     if return_labels:
         rank = np.asarray(np.cumsum(active) - 1, np.int32)
