@@ -11,6 +11,18 @@ import pytest
 from ppl_models import gvq
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after every test module.
+
+    The default run compiles thousands of programs in one process; keeping them all
+    alive made a late compilation crash (a segmentation fault inside XLA) once the
+    suite grew past about 750 tests.
+    """
+    yield
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def planted_small():
     """40 examples, 5 features, dim 8, noise 0.1 (sec. 4.3 generator, dense F ~ N(2, 1))."""
