@@ -58,3 +58,9 @@ from inference.streaming import (  # noqa: E402
 )
 
 __all__ += ["BatchSource", "OnlineStreamResult", "fit_mixture_stream", "fit_online_stream"]
+
+from inference import persistence  # noqa: E402
+from inference.persistence import PersistenceError, load  # noqa: E402
+
+persistence.attach_save_methods()
+__all__ += ["PersistenceError", "load", "persistence"]

@@ -59,3 +59,14 @@ def test_mcvq_tour_runs():
     # 9 positions of a shape (examples/mcvq_shapes.py), far below one VQ for everything.
     assert namespace["shapes"].purity(namespace["fit"].g)["purity"] > 0.95
     assert namespace["rms"] < 0.5
+
+
+def test_save_and_load_block_runs(tmp_path):
+    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tour = next(t for t in tours if "inference.load" in t)
+    target = tmp_path / "mixture_fit.npz"
+    namespace = {}
+    exec(compile(tour.replace("/tmp/mixture_fit.npz", str(target)), "README.md", "exec"),
+         namespace)
+    assert namespace["path"] == target and target.is_file()
+    assert type(namespace["again"]) is type(namespace["result"])
