@@ -133,9 +133,30 @@ def _encode(value, arrays: dict, where: str):
         return {"t": "dict",
                 "items": [[key, _encode(item, arrays, f"{where}[{key!r}]")]
                           for key, item in value.items()]}
+    if type(value).__name__ == "DataFrame" and type(value).__module__.startswith("pandas"):
+        return _encode_frame(value, arrays, where)
     raise TypeError(f"cannot save {where}: values of type {type(value).__name__} are not "
-                    "supported (arrays, numbers, strings, None, NamedTuples, lists, tuples "
-                    "and dicts with string keys are)")
+                    "supported (arrays, numbers, strings, None, NamedTuples, lists, tuples, "
+                    "dicts with string keys and pandas DataFrames are)")
+
+
+def _encode_frame(frame, arrays: dict, where: str):
+    """A pandas DataFrame (arviz.compare's table): numeric columns as arrays, others as lists."""
+    columns = []
+    for i, name in enumerate(frame.columns):
+        column = frame.iloc[:, i]
+        values = (column.to_numpy() if column.dtype.kind in "biuf"
+                  else [_python_value(v) for v in column.tolist()])
+        columns.append(_encode(values, arrays, f"{where}[{name!r}]"))
+    return {"t": "dataframe",
+            "columns": _encode([_python_value(c) for c in frame.columns], arrays, where),
+            "index": _encode([_python_value(i) for i in frame.index], arrays, where),
+            "data": columns}
+
+
+def _python_value(value):
+    """NumPy scalars inside object columns as Python numbers (saved exactly)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _encode_array(value, arrays: dict, where: str):
@@ -319,6 +340,18 @@ def _decode(node, archive, path, where: str):
     if tag == "dict":
         return {key: _decode(item, archive, path, f"{where}[{key!r}]")
                 for key, item in _pairs(node["items"], path, where)}
+    if tag == "dataframe":
+        import pandas as pd
+        columns = _decode(node["columns"], archive, path, where)
+        data = [_decode(column, archive, path, f"{where}[{i}]")
+                for i, column in enumerate(node["data"])]
+        index = _decode(node["index"], archive, path, where)
+        if not (isinstance(columns, list) and isinstance(index, list)
+                and len(columns) == len(data)):
+            raise PersistenceError(f"{path}: malformed table at {where}")
+        return pd.DataFrame({name: pd.Series(values, index=index, name=name)
+                             for name, values in zip(columns, data, strict=True)},
+                            index=index, columns=columns)
     if tag == "namedtuple":
         cls = _trusted_class(node["module"], node["class"], path, where)
         fields = _pairs(node["fields"], path, where)

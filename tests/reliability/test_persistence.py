@@ -126,6 +126,16 @@ def test_tree_with_keys_scalars_and_containers_round_trips(tmp_path):
     assert again["key"].dtype == tree["key"].dtype  # typed key comes back typed
 
 
+def test_comparison_table_round_trips(tmp_path):
+    """model_selection's arviz.compare table (a DataFrame with mixed columns) saves too."""
+    import pandas as pd
+    table = pd.DataFrame({"rank": [0, 1], "elpd_loo": [-775.15, -883.43],
+                          "warning": [False, True], "scale": ["log", "log"]}, index=[3, 2])
+    path = persistence.save_tree(tmp_path / "t.npz", {"table": table}, kind="test")
+    again, _ = persistence.load_tree(path)
+    pd.testing.assert_frame_equal(again["table"], table)
+
+
 def _rewrite(path, edit):
     """Rewrite the zip at ``path`` with ``edit(name, data) -> data`` applied to each member."""
     with zipfile.ZipFile(path) as archive:
