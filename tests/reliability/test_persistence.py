@@ -313,3 +313,35 @@ def test_fuzzed_files_end_in_persistence_error(results, saved, tmp_path):
         # every member intact; then the result must load exactly.
         assert kind in (1, 3), f"trial {trial} loaded a damaged file"
         _same(results["fit_mixture"], again)
+
+
+def _trees():
+    """Hypothesis strategy: nests of arrays, numbers, strings, None, lists, tuples, dicts."""
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+    dtypes = st.sampled_from([np.float32, np.float64, np.int8, np.int64, np.uint16, np.bool_,
+                              np.complex64])
+    arrays = dtypes.flatmap(lambda dtype: hnp.arrays(
+        dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
+    leaves = (arrays | arrays.map(jnp.asarray).filter(lambda a: a.dtype != np.complex64)
+              | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.booleans()
+              | st.text(max_size=8) | st.none())
+    return st.recursive(leaves, lambda children: (
+        st.lists(children, max_size=3) | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=5), children, max_size=3)), max_leaves=8)
+
+
+def test_property_any_tree_round_trips(tmp_path_factory):
+    from hypothesis import HealthCheck, given, settings
+
+    directory = tmp_path_factory.mktemp("trees")
+
+    @settings(max_examples=60, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(tree=_trees())
+    def round_trip(tree):
+        path = persistence.save_tree(directory / "tree.npz", tree, kind="property")
+        again, _ = persistence.load_tree(path, kind="property")
+        _same(tree, again, "tree")
+
+    round_trip()
