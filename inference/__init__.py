@@ -64,3 +64,11 @@ from inference.persistence import PersistenceError, load  # noqa: E402
 
 persistence.attach_save_methods()
 __all__ += ["PersistenceError", "load", "persistence"]
+
+from inference.streaming_fits import (  # noqa: E402
+    fit_clipped_gaussian_stream,
+    fit_gvq_stream,
+    fit_mcvq_stream,
+)
+
+__all__ += ["fit_clipped_gaussian_stream", "fit_gvq_stream", "fit_mcvq_stream"]

@@ -34,7 +34,13 @@ from inference.sharding import (
     shard_examples,
 )
 from ppl_models import gvq
-from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_data,
+    check_features,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["AssociationResult", "AssociationProblem", "AssociationMethod", "associate",
            "association_problem", "exact_search", "MAX_EXACT_FEATURES", "METHODS",
@@ -305,6 +311,8 @@ def associate(
         spec.validate(features, options)
     if spec.randomized and rng_key is None:
         raise ValueError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+    if rng_key is not None:
+        check_rng_key(rng_key)
     if noise is not None:
         check_positive(noise, "noise")
     model = gvq.model if model is None else model

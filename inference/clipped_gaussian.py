@@ -52,7 +52,7 @@ from inference.orthant import (
 from inference.sharding import resolve_mesh, sum_over_shards
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int
+from ppl_models.validation import check_bool, check_choice, check_positive, check_positive_int
 
 __all__ = ["ClippedGaussianFit", "fit_clipped_gaussian", "program_parameters", "model_moments",
            "moment_error", "infer_hidden", "morph", "empirical_moments", "NEGATIVE_TOLERANCE"]
@@ -143,7 +143,11 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     Parameters
     ----------
     s : array (num_examples, N)
-        Patterns of -1 / +1, or of 0 / 1 (read as 0 -> -1, 1 -> +1).
+        Patterns of -1 / +1, or of 0 / 1 (read as 0 -> -1, 1 -> +1). Also a stream
+        too large for memory (an ``np.memmap``, a callable returning a fresh iterator
+        of batches, a list of batches, an :class:`inference.streaming.BatchSource`):
+        the moments are then summed over the batches in one pass
+        (:func:`inference.streaming_fits.fit_clipped_gaussian_stream`, same result).
     num_hidden : int
         P, the number of hidden causes (columns of W), 1 <= P <= N.
     bias : bool
@@ -192,16 +196,36 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     Lee, Sompolinsky (seed 001), eq. 7-10 and the learning rule of the
     translation-invariant example.
     """
+    from inference import streaming_fits  # here: streaming_fits imports this module
+
+    if streaming_fits.is_stream(s):  # np.memmap, callable, list of batches, BatchSource
+        if devices is not None or mesh is not None:
+            raise ValueError("devices= and mesh= apply to an in-memory s, not to a stream of "
+                             f"batches; got devices={devices!r}, mesh={mesh!r}")
+        return streaming_fits.fit_clipped_gaussian_stream(
+            s, num_hidden, bias=bias, project=project, constant_columns=constant_columns,
+            tol=tol, chunk_size=chunk_size)
     mesh = resolve_mesh(devices, mesh)
     spins = clipped_gaussian.to_spins(s, "s")
     num_examples, num_units = spins.shape
     num_hidden = check_positive_int(num_hidden, "num_hidden", maximum=num_units,
-                                    why=f"the number of units N = {num_units} in s")
-    if constant_columns not in ("error", "independent"):
-        raise ValueError(f"constant_columns must be 'error' or 'independent'; "
-                         f"got {constant_columns!r}")
+                                    why=f" (the number of units N = {num_units} in s)")
+    check_choice(constant_columns, "constant_columns", ("error", "independent"))
     check_positive(tol, "tol")
+    check_positive_int(chunk_size, "chunk_size")
+    check_bool(bias, "bias")
+    check_bool(project, "project")
     means, second = empirical_moments(spins, mesh=mesh)
+    return _fit_moments(means, second, num_examples, num_hidden, bias=bias, project=project,
+                        constant_columns=constant_columns, tol=tol, chunk_size=chunk_size)
+
+
+def _fit_moments(means, second, num_examples, num_hidden, *, bias, project, constant_columns,
+                 tol, chunk_size, stacklevel=3):
+    """:func:`fit_clipped_gaussian` from the patterns' means (N,) and <s_a s_b> (N, N)
+    (checked arguments); also the end of the streamed fit
+    (:func:`inference.streaming_fits.fit_clipped_gaussian_stream`)."""
+    num_units = int(np.shape(means)[0])
     means_np = np.asarray(means)
     constant = np.flatnonzero(np.abs(means_np) == 1.0)
     if bias and constant.size and constant_columns == "error":
@@ -229,7 +253,7 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
             num_boundary = int(jnp.sum(boundary))
             if unsolved:
                 warnings.warn(f"fit_clipped_gaussian: {unsolved} pair(s) did not reach tol={tol} "
-                              "in the correlation solve", NumericalWarning, stacklevel=2)
+                              "in the correlation solve", NumericalWarning, stacklevel=stacklevel)
         else:
             means64 = jnp.zeros(num_units, jnp.float64)
             xi = means64
@@ -264,13 +288,13 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
             else:
                 message += "; project=True uses the nearest correlation matrix instead"
             if significant:
-                warnings.warn(message, NumericalWarning, stacklevel=2)
+                warnings.warn(message, NumericalWarning, stacklevel=stacklevel)
         leading = eigenvalues[:num_hidden]
         num_positive = int(jnp.sum(leading > NEGATIVE_TOLERANCE * largest))
         if num_positive < num_hidden:
             warnings.warn(f"fit_clipped_gaussian: C_xx has only {num_positive} positive "
                           f"eigenvalue(s) for num_hidden={num_hidden}; the other columns of W "
-                          "are zero", NumericalWarning, stacklevel=2)
+                          "are zero", NumericalWarning, stacklevel=stacklevel)
         weights = eigenvectors[:, :num_hidden] * jnp.sqrt(jnp.maximum(leading, 0.0))
         arrays = {name: np.asarray(value) for name, value in (
             ("weights", weights), ("bias", xi), ("gaussian_corr", corr),

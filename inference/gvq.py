@@ -58,7 +58,13 @@ from inference.sharding import (
 )
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_finite, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_data,
+    check_finite,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["GVQState", "GVQInfo", "GVQResult", "init", "step", "fit_gvq", "initial_features",
            "initial_set_features", "m_step", "match_features"]
@@ -307,15 +313,45 @@ def _step(rng_key, state, x, *, method, model, model_kwargs, latent, noise, opti
                                    "static_kwargs", "options", "m_step_iterations"))
 def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, method, model,
          latent, static_kwargs, options, m_step_iterations):
+    """EM of every restart (vmapped) in one program: :func:`_start`, :func:`_advance` to
+    ``num_iterations``, :func:`_finish`. ``fit_gvq`` runs the same three as separate
+    jitted calls (:func:`_run_checkpointed`) so that a fit can stop between chunks."""
+    carry = _start(keys, x, init_features, dynamic_kwargs, num_iterations=num_iterations,
+                   static_kwargs=static_kwargs)
+    carry = _advance(carry, x, noise, dynamic_kwargs, tol, num_iterations, method=method,
+                     model=model, latent=latent, static_kwargs=static_kwargs, options=options,
+                     m_step_iterations=m_step_iterations)
+    return _finish(carry)
+
+
+def _start(keys, x, init_features, dynamic_kwargs, *, num_iterations, static_kwargs):
+    """The loop carry of every restart before the first iteration: (keys, i, state, trace)."""
     kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
 
-    def one_restart(key, features0):
-        state = init(None, x, features0.shape[0], features=features0, model_kwargs=kwargs)
-        trace = jnp.zeros(num_iterations, x.dtype)
+    def one(features0):
+        return init(None, x, features0.shape[0], features=features0, model_kwargs=kwargs)
+
+    states = jax.vmap(one)(init_features)
+    return (keys, jnp.zeros(keys.shape[0], jnp.int32), states,
+            jnp.zeros((keys.shape[0], num_iterations), x.dtype))
+
+
+def _advance(carry, x, noise, dynamic_kwargs, tol, stop_at, *, method, model, latent,
+             static_kwargs, options, m_step_iterations):
+    """EM iterations of every restart (vmapped) until converged or at iteration ``stop_at``.
+
+    ``stop_at`` (traced, at most ``num_iterations``) splits the fit into chunks for
+    checkpoints (:mod:`inference.checkpoint`); iteration i's key is
+    ``fold_in(key, i)``, so the chunks give the one-chunk result bit for bit.
+    """
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs)}
+
+    def one_restart(key, i, state, trace):
+        bound = jnp.minimum(stop_at, trace.shape[0])
 
         def cond(carry):
             i, state, _ = carry
-            return (i < num_iterations) & ~state.converged
+            return (i < bound) & ~state.converged
 
         def body(carry):
             i, state, trace = carry
@@ -324,11 +360,55 @@ def _run(keys, x, init_features, noise, dynamic_kwargs, tol, *, num_iterations, 
                                options=options, tol=tol, m_step_iterations=m_step_iterations)
             return i + 1, state, trace.at[i].set(info.error)
 
-        i, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
-        trace = jnp.where(jnp.arange(num_iterations) < i, trace, state.error)
-        return state, trace, i
+        return (key, *jax.lax.while_loop(cond, body, (i, state, trace)))
 
-    return jax.vmap(one_restart)(keys, init_features)
+    return jax.vmap(one_restart)(*carry)
+
+
+def _finish(carry):
+    """``(states, traces, counts)`` of every restart; traces padded with the final error."""
+    _, i, states, traces = carry
+    traces = jnp.where(jnp.arange(traces.shape[1]) < i[:, None], traces, states.error[:, None])
+    return states, traces, i
+
+
+@partial(jax.jit, static_argnames=("num_iterations", "static_kwargs"))
+def _start_jit(keys, x, init_features, dynamic_kwargs, *, num_iterations, static_kwargs):
+    return _start(keys, x, init_features, dynamic_kwargs, num_iterations=num_iterations,
+                  static_kwargs=static_kwargs)
+
+
+_advance_jit = jax.jit(_advance, static_argnames=("method", "model", "latent", "static_kwargs",
+                                                  "options", "m_step_iterations"))
+_finish_jit = jax.jit(_finish)
+
+
+def _run_checkpointed(keys, x, starts, noise, dynamic, tol, num_iterations, common, *,
+                      checkpoint_path, checkpoint_every, resume_from, options):
+    """The single-device fit through :func:`inference.checkpoint.run_chunks`.
+
+    Without checkpoint options the loop runs as one chunk. ``options``: what
+    determines the result, saved with the checkpoint beside x's shape, dtype and
+    SHA-256 and the starts' SHA-256.
+    """
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    saved = {}
+    if path is not None or resume is not None:
+        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
+                     starts_sha256=checkpoint.data_digest(starts),
+                     data_sha256=checkpoint.data_digest(x))
+    carry = checkpoint.run_chunks(
+        lambda carry, stop_at: _advance_jit(carry, x, noise, dynamic, tol, stop_at, **common),
+        lambda: _start_jit(keys, x, starts, dynamic, num_iterations=num_iterations,
+                           static_kwargs=common["static_kwargs"]),
+        total=num_iterations,
+        finished=lambda carry: bool(np.all(np.asarray(carry[2].converged))),
+        kind="fit_gvq", options=saved, checkpoint_path=path, checkpoint_every=every,
+        resume_from=resume)
+    return _finish_jit(carry)
 
 
 @partial(jax.jit, static_argnames=("num_iterations", "method", "model", "latent",
@@ -483,6 +563,9 @@ def fit_gvq(
     tol: float | None = None,
     devices=None,
     mesh=None,
+    checkpoint_path=None,
+    checkpoint_every: int | None = None,
+    resume_from=None,
     **options,
 ) -> GVQResult:
     """Learn GVQ features by EM in the sigma -> 0 limit.
@@ -550,6 +633,18 @@ def fit_gvq(
         or ``progress_bar=True``.
     mesh : jax.sharding.Mesh, optional
         A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (every restart's loop carry: keys, iteration, state, error
+        trace; the options and the SHA-256 of x) to this ``.npz`` file every
+        ``checkpoint_every`` iterations (:mod:`inference.checkpoint`; atomic: a
+        killed process leaves the last one intact). Single device, without
+        ``progress_bar``.
+    checkpoint_every : int, optional
+        Iterations per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_gvq`` with the same x and
+        options (else ``ValueError`` naming the option). The result is bit-identical
+        to the uninterrupted fit; a checkpoint of a finished fit returns at once.
     **options
         Options of the association method.
 
@@ -558,9 +653,31 @@ def fit_gvq(
     GVQResult
         ``error`` is the mean reconstruction error per example (eq. 1, or eq. 10
         with ``binary=True``; without the sparsity penalty).
+
+    ``x`` may also be a stream too large for memory (an ``np.memmap``, a callable
+    returning a fresh iterator of batches, a list of batches, an
+    :class:`inference.streaming.BatchSource`; ``batch_size=`` rows per batch): the
+    fit then runs by passes (:func:`inference.streaming_fits.fit_gvq_stream`, the
+    same EM; ``states`` is None there, not with ``binary``, devices or checkpoints).
     """
+    from inference import streaming_fits  # here: streaming_fits imports this module
+
+    if streaming_fits.is_stream(x):
+        if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
+            raise ValueError("devices, mesh and checkpoints apply to an in-memory x, not to "
+                             "a stream of batches")
+        return streaming_fits.fit_gvq_stream(
+            x, num_features, method=method, rng_key=rng_key, num_iterations=num_iterations,
+            num_restarts=num_restarts, init_features=init_features, num_sets=num_sets,
+            sparsity=sparsity, binary=binary, beta=beta, model=model,
+            model_kwargs=model_kwargs, latent=latent, noise=noise, progress_bar=progress_bar,
+            tol=tol, **options)
+    if "batch_size" in options:
+        raise ValueError(f"batch_size applies to a stream of batches; x is one array (got "
+                         f"batch_size={options['batch_size']!r})")
     if rng_key is None:
         raise ValueError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     mesh = resolve_mesh(devices, mesh)
     if mesh is not None and (binary or progress_bar):
         raise ValueError("devices/mesh: the sharded fit needs binary=False and "
@@ -590,6 +707,11 @@ def fit_gvq(
     dynamic, static = split_model_kwargs(kwargs)
     common = dict(method=method, model=model, latent=latent, static_kwargs=static,
                   options=freeze_options(options), m_step_iterations=m_step_iterations)
+    checkpointing = (checkpoint_path, checkpoint_every, resume_from) != (None, None, None)
+    if checkpointing and (mesh is not None or progress_bar):
+        raise ValueError("checkpoint_path/checkpoint_every/resume_from need the single-device "
+                         f"fit without a progress bar; got devices={devices!r}, mesh={mesh!r}, "
+                         f"progress_bar={progress_bar!r}")
     if mesh is not None:
         padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
         states, traces, counts = _run_sharded(keys, padded, valid, starts, noise, dynamic, tol,
@@ -600,8 +722,15 @@ def fit_gvq(
         states, traces, counts = _run_with_progress(keys, x, starts, noise, dynamic, tol,
                                                     num_iterations, common)
     else:
-        states, traces, counts = _run(keys, x, starts, noise, dynamic, tol,
-                                      num_iterations=num_iterations, **common)
+        states, traces, counts = _run_checkpointed(
+            keys, x, starts, noise, dynamic, tol, num_iterations, common,
+            checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+            resume_from=resume_from,
+            options=dict(num_features=num_features, method=method, num_restarts=num_restarts,
+                         num_iterations=num_iterations, tol=tol, noise=noise,
+                         m_step_iterations=m_step_iterations, model=model, latent=latent,
+                         model_kwargs=kwargs, association_options=options,
+                         rng_key=rng_key))
     errors = states.error
     if not bool(jnp.all(jnp.isfinite(errors))):
         warnings.warn("fit_gvq: some restarts ended with a non-finite error; they are skipped",

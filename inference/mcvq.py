@@ -89,7 +89,13 @@ from inference.sharding import (
 )
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int, is_traced
+from ppl_models.validation import (
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+    is_traced,
+)
 
 __all__ = ["MCVQState", "MCVQInfo", "MCVQResult", "fit_mcvq", "init", "step",
            "likelihood_terms", "gaussian_parameters", "free_energy", "infer_states",
@@ -436,9 +442,30 @@ def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, nu
     stopped at different iterations compare). ``axis_name``, ``num_examples``: the
     sharded run (:func:`_init`, :func:`_step`).
     """
+    carry = _start(rng_key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
+                   num_states=num_states, axis_name=axis_name, num_examples=num_examples)
+    carry = _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol,
+                     num_iterations, axis_name)
+    return _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name)
+
+
+def _start(rng_key, x, mask, a, b, temperatures, floor, *, num_vqs, num_states, axis_name=None,
+           num_examples=None):
+    """The loop carry before the first iteration: (state, it, previous F_T, done, energies)."""
     state = _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name, num_examples)
     energy0 = jnp.full(temperatures.shape[0], jnp.nan, x.dtype)
+    return (state, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
+            energy0)
 
+
+def _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
+             axis_name=None):
+    """The EM loop from ``carry`` until done or at iteration min(``num_iterations``, ``stop_at``).
+
+    ``stop_at`` (traced) splits the fit into chunks for checkpoints
+    (:mod:`inference.checkpoint`); an iteration depends only on the carry and its
+    index, so the chunks give the one-chunk result bit for bit.
+    """
     def body(carry):
         state, it, prev, _, energies = carry
         temperature = temperatures[it]
@@ -448,11 +475,17 @@ def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, nu
         done = same & (change <= tol)
         return state, it + 1, info.free_energy, done, energies.at[it].set(info.free_energy)
 
-    def running(carry):
-        return (~carry[3]) & (carry[1] < num_iterations)
+    bound = jnp.minimum(num_iterations, stop_at)
 
-    carry = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False), energy0)
-    state, it, _, done, energies = jax.lax.while_loop(running, body, carry)
+    def running(carry):
+        return (~carry[3]) & (carry[1] < bound)
+
+    return jax.lax.while_loop(running, body, carry)
+
+
+def _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name=None):
+    """``(state, iterations, converged, energies, final)`` from the last carry (:func:`_run`)."""
+    state, it, _, done, energies = carry
     last = temperatures[num_iterations - 1]
     moments, shift = _moments(x, mask, axis_name)
     final = _fast_free_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
@@ -461,19 +494,76 @@ def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, nu
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size"))
-def _run_restarts(rng_keys, x, mask, a, b, temperatures, num_iterations, floor, tol, *,
-                  num_vqs, num_states, batch_size):
-    """:func:`_run` mapped over the keys of several starts; returns the stacked outputs.
+def _start_restarts(rng_keys, x, mask, a, b, temperatures, floor, *, num_vqs, num_states,
+                    batch_size):
+    """:func:`_start` mapped over the keys of several starts (stacked carries)."""
+    def start(key):
+        return _start(key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
+                      num_states=num_states)
+
+    return jax.lax.map(start, rng_keys, batch_size=batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size",))
+def _advance_restarts(carries, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
+                      *, batch_size):
+    """:func:`_advance` mapped over the stacked carries of several starts.
 
     ``lax.map`` runs ``batch_size`` starts at a time, vmapped: a vmapped loop runs
     until its slowest start is done, so on a CPU one at a time (``batch_size=1``)
     wastes nothing; larger batches suit accelerators.
     """
-    def run(key):
-        return _run(key, x, mask, a, b, temperatures, num_iterations, floor, tol,
-                    num_vqs=num_vqs, num_states=num_states)
+    def advance(carry):
+        return _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at)
 
-    return jax.lax.map(run, rng_keys, batch_size=batch_size)
+    return jax.lax.map(advance, carries, batch_size=batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size",))
+def _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations, *, batch_size):
+    """:func:`_finish` of every start; returns the stacked outputs of :func:`_run`."""
+    def finish(carry):
+        return _finish(carry, x, mask, a, b, temperatures, num_iterations)
+
+    return jax.lax.map(finish, carries, batch_size=batch_size)
+
+
+def _run_checkpointed(args, options, *, checkpoint_path, checkpoint_every, resume_from, rng_key,
+                      num_restarts, variance_floor, tol_option):
+    """The single-device fit of every start through :func:`inference.checkpoint.run_chunks`.
+
+    ``args``: (keys, x, mask, a, b, temperatures, num_iterations, floor, tol);
+    ``options``: num_vqs, num_states, batch_size. Returns the stacked outputs of
+    :func:`_run`. Without checkpoint options the loop runs as one chunk
+    (``stop_at = num_iterations``); the saved options are what determines the result
+    (``rng_key`` and the SHA-256 of x and mask included).
+    """
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    keys, x, mask, a, b, temperatures, num_iterations, floor, tol = args
+    batch_size = options["batch_size"]
+    saved_options = {}
+    if path is not None or resume is not None:
+        saved_options = dict(
+            num_vqs=options["num_vqs"], num_states=options["num_states"],
+            num_restarts=num_restarts, restart_batch_size=batch_size,
+            num_iterations=num_iterations, x_shape=x.shape, dtype=str(x.dtype),
+            temperature_schedule_sha256=checkpoint.data_digest(temperatures[:num_iterations]),
+            variance_floor=variance_floor, tol=tol_option,
+            a_sha256=checkpoint.data_digest(a), b_sha256=checkpoint.data_digest(b),
+            rng_key=checkpoint.jsonable(rng_key), data_sha256=checkpoint.data_digest(x, mask))
+    data = (x, mask, a, b, temperatures, num_iterations, floor, tol)
+    carries = checkpoint.run_chunks(
+        lambda carries, stop_at: _advance_restarts(carries, *data, stop_at,
+                                                   batch_size=batch_size),
+        lambda: _start_restarts(keys, x, mask, a, b, temperatures, floor, **options),
+        total=num_iterations, finished=lambda carries: bool(np.all(np.asarray(carries[3]))),
+        kind="fit_mcvq", options=saved_options, checkpoint_path=path, checkpoint_every=every,
+        resume_from=resume)
+    return _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations,
+                            batch_size=batch_size)
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size", "mesh",
@@ -585,13 +675,19 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
              temperature_schedule=None, num_iterations: int = 100,
              initial_temperature: float | None = None, variance_floor: float = 1e-3,
              tol: float = 1e-6, a=None, b=None, num_restarts: int = 1,
-             restart_batch_size: int = 1, devices=None, mesh=None) -> MCVQResult:
+             restart_batch_size: int = 1, devices=None, mesh=None, checkpoint_path=None,
+             checkpoint_every: int | None = None, resume_from=None) -> MCVQResult:
     """Fit the MCVQ program by the paper's annealed variational EM (module docstring).
 
     Parameters
     ----------
     x : array (N, D)
         Data; entries where ``mask`` is False may hold anything, NaN included.
+        Also a stream too large for memory (an ``np.memmap``, a callable returning a
+        fresh iterator of batches or of ``(x, mask)`` pairs, a list of either, an
+        :class:`inference.streaming.BatchSource`): the fit then runs by passes
+        (:func:`inference.streaming_fits.fit_mcvq_stream`: the same EM and result,
+        ``m`` None; ``mask`` then a source cut like x, or None).
     num_vqs, num_states : int
         K VQs of J states each (both >= 1).
     mask : bool array (N, D), optional
@@ -639,6 +735,18 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         count, so any number of examples works.
     mesh : jax.sharding.Mesh, optional
         A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the loop carry of every start and the options, with the
+        SHA-256 of x and mask) to this file every ``checkpoint_every`` iterations
+        (:mod:`inference.checkpoint`; atomic: a killed process leaves the last one
+        intact). Single device only (not with ``devices``/``mesh``).
+    checkpoint_every : int, optional
+        Iterations per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_mcvq`` with the same data and
+        options (``rng_key`` included; else ``ValueError`` naming the option). The
+        result is bit-identical to the uninterrupted fit; a checkpoint of a finished
+        fit returns its result at once.
 
     Returns
     -------
@@ -665,6 +773,17 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     >>> bool(result.converged), result.free_energy_trace.shape == (result.num_iterations,)
     (True, True)
     """
+    from inference import streaming_fits  # here: streaming_fits imports this module
+
+    if streaming_fits.is_masked_stream(x):  # memmap, callable, batches, (x, mask) pairs
+        if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
+            raise ValueError("devices, mesh and checkpoints apply to an in-memory x, not to "
+                             "a stream of batches")
+        return streaming_fits.fit_mcvq_stream(
+            x, num_vqs, num_states, mask=mask, rng_key=rng_key,
+            temperature_schedule=temperature_schedule, num_iterations=num_iterations,
+            initial_temperature=initial_temperature, variance_floor=variance_floor, tol=tol,
+            a=a, b=b, num_restarts=num_restarts)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
@@ -672,6 +791,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                              num_restarts)
     if rng_key is None:
         raise ValueError("fit_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     mesh = resolve_mesh(devices, mesh)
     x, mask = _check_observed(x, mask, "x")
     num, dim = x.shape
@@ -713,7 +833,13 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
             jnp.asarray(floor, x.dtype), jnp.asarray(tol, x.dtype))
     options = dict(num_vqs=num_vqs, num_states=num_states, batch_size=restart_batch_size)
     if mesh is None:
-        states, its, dones, all_energies, finals = _run_restarts(*args, **options)
+        states, its, dones, all_energies, finals = _run_checkpointed(
+            args, options, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+            resume_from=resume_from, rng_key=rng_key, num_restarts=num_restarts,
+            variance_floor=variance_floor, tol_option=tol)
+    elif (checkpoint_path, checkpoint_every, resume_from) != (None, None, None):
+        raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
+                         f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
     else:
         size = mesh_size(mesh)
         rows = shard_examples(mesh, pad_examples(x, size)[0], pad_examples(mask, size)[0])

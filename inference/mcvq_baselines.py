@@ -74,10 +74,10 @@ from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceEnum_ELBO
 
 from inference import mcvq as mcvq_fit
-from inference._progress import progress, tick
+from inference._progress import progress
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int
+from ppl_models.validation import check_positive, check_positive_int, check_rng_key
 
 __all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "exact_log_likelihood", "fit_variational",
            "score_mcvq", "check_enumerable", "enumerated_loss", "MCVQSVIResult", "MCVQScore",
@@ -353,10 +353,8 @@ def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m
     return _program(x, mask, a, b, init_mu, init_sigma, lower)
 
 
-@partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
-def _svi_run(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps,
-             progress_every):
-    """All SVI steps in one ``lax.scan``; returns (params, losses, final loss) (totals)."""
+def _svi_problem(x, mask, a, b, init, lower, step_size, *, meanfield, num_steps):
+    """The SVI of the MCVQ wrappers and the arguments of its model and guide."""
     if meanfield:
         model, guide = _meanfield_program, _meanfield_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower, init.g, init.m)
@@ -364,17 +362,69 @@ def _svi_run(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_s
         model, guide = config_enumerate(_program), _no_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower)
     schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=_FINAL_FRACTION)
-    svi = SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2))
-    state = svi.init(rng_key, *args)
+    return SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)), args
 
-    def step(state, i):
-        state, loss = svi.update(state, *args)
-        tick(i, progress_every)
-        return state, loss
 
-    state, losses = jax.lax.scan(step, state, jnp.arange(num_steps))
-    params = svi.get_params(state)
-    return params, losses, svi.evaluate(state, *args)
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_start(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """The SVI carry before the first step (:func:`inference.checkpoint.svi_start`)."""
+    from inference.checkpoint import svi_start
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    return svi_start(svi.init(rng_key, *args), num_steps, x.dtype)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
+def _svi_advance(carry, x, mask, a, b, init, step_size, lower, stop_at, *, meanfield,
+                 num_steps, progress_every=0):
+    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
+    :func:`inference.checkpoint.svi_advance`)."""
+    from inference.checkpoint import svi_advance, svi_ready
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    svi = svi_ready(svi, carry[0], *args)
+    return svi_advance(lambda state: svi.update(state, *args), carry, stop_at, progress_every)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_finish(carry, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """(params, losses, final loss) (totals) from the last SVI carry."""
+    from inference.checkpoint import svi_ready
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    state, losses, _ = carry
+    svi = svi_ready(svi, state, *args)
+    return svi.get_params(state), losses, svi.evaluate(state, *args)
+
+
+def _svi_run(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps,
+             progress_every, checkpoint_path=None, checkpoint_every=None, resume_from=None,
+             options=None):
+    """All SVI steps through :func:`inference.checkpoint.run_chunks` (one chunk without
+    checkpoint options); returns (params, losses, final loss) (totals). ``options`` are
+    saved with the checkpoints beside x's, the mask's and the start's SHA-256."""
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    saved = {}
+    if path is not None or resume is not None:
+        saved = dict(options or {}, x_shape=x.shape, dtype=str(x.dtype),
+                     start_sha256=checkpoint.data_digest(*init, a, b, lower),
+                     data_sha256=checkpoint.data_digest(x, mask))
+    data = (x, mask, a, b, init, step_size, lower)
+    common = dict(meanfield=meanfield, num_steps=num_steps)
+    carry = checkpoint.run_chunks(
+        lambda carry, stop_at: _svi_advance(carry, *data, stop_at,
+                                            progress_every=progress_every, **common),
+        lambda: _svi_start(rng_key, *data, **common),
+        total=num_steps, finished=lambda carry: False,
+        kind="fit_mcvq_meanfield_svi" if meanfield else "fit_mcvq_svi", options=saved,
+        checkpoint_path=path, checkpoint_every=every, resume_from=resume)
+    return _svi_finish(carry, *data, **common)
 
 
 def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
@@ -425,6 +475,7 @@ def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
                     variance_floor, tol, caller):
     if rng_key is None:
         raise ValueError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")
     x, mask = mcvq_fit._check_observed(x, mask, "x")
@@ -453,7 +504,8 @@ def _floor(x, mask, variance_floor):
 
 
 def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, variance_floor, a, b,
-         tol, progress_bar, meanfield, caller):
+         tol, progress_bar, meanfield, caller, checkpoint_path=None, checkpoint_every=None,
+         resume_from=None):
     x, mask, num_vqs, num_states = _check_fit_args(x, num_vqs, num_states, mask, rng_key,
                                                    num_steps, step_size, variance_floor, tol,
                                                    caller)
@@ -470,7 +522,12 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, varianc
     with progress(num_steps, label, progress_bar) as every:
         params, losses, final = jax.block_until_ready(_svi_run(
             jax.random.split(rng_key)[1], x, mask, a, b, init, jnp.asarray(step_size, x.dtype),
-            lower, meanfield=meanfield, num_steps=num_steps, progress_every=every))
+            lower, meanfield=meanfield, num_steps=num_steps, progress_every=every,
+            checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+            resume_from=resume_from,
+            options=dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps,
+                         step_size=step_size, variance_floor=variance_floor,
+                         rng_key=rng_key)))
     losses = losses / num
     final = float(final) / num
     finite = bool(np.isfinite(final)) and all(
@@ -514,6 +571,17 @@ _FIT_PARAMETERS = """
         the second half of the run.
     progress_bar : bool
         tqdm bar advanced from inside the jitted loop.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the SVI state, with its key and optimiser state, the
+        loss trace and the step; the options and the SHA-256 of x and mask) to this
+        ``.npz`` file every ``checkpoint_every`` steps (:mod:`inference.checkpoint`;
+        atomic: a killed process leaves the last one intact).
+    checkpoint_every : int, optional
+        Steps per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by the same function with the same data
+        and options (else ``ValueError`` naming the option); the result is
+        bit-identical to the uninterrupted run.
 
     Returns
     -------
@@ -531,7 +599,8 @@ _FIT_PARAMETERS = """
 def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                  num_steps: int = 500, step_size: float = 0.05, variance_floor: float = 1e-3,
                  a=None, b=None, tol: float = 1e-3,
-                 progress_bar: bool = False) -> MCVQSVIResult:
+                 progress_bar: bool = False, checkpoint_path=None,
+                 checkpoint_every: int | None = None, resume_from=None) -> MCVQSVIResult:
     """Maximum likelihood mu, sigma by SVI with r and s enumerated (``TraceEnum_ELBO``).
 
     The program is ``ppl_models.mcvq.model(enumerable=True)`` with mu, sigma as
@@ -541,13 +610,17 @@ def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     """
     return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
                 step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
-                progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi")
+                progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
 
 
 def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                            num_steps: int = 500, step_size: float = 0.05,
                            variance_floor: float = 1e-3, a=None, b=None, tol: float = 1e-3,
-                           progress_bar: bool = False) -> MCVQSVIResult:
+                           progress_bar: bool = False, checkpoint_path=None,
+                           checkpoint_every: int | None = None,
+                           resume_from=None) -> MCVQSVIResult:
     """SVI of the paper's mean-field guide (g shared, m per example), exact ELBO (sec. 3).
 
     Guide Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj (``numpyro.param`` on the
@@ -558,7 +631,9 @@ def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_k
     """
     return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
                 step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
-                progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi")
+                progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
 
 
 for _fn in (fit_mcvq_svi, fit_mcvq_meanfield_svi):

@@ -89,7 +89,15 @@ from inference.sharding import (
 )
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_bool,
+    check_choice,
+    check_data,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["MixtureResult", "fit_mixture", "component_log_joint", "criteria", "MODES",
            "quadratic_features", "natural_parameters"]
@@ -727,7 +735,33 @@ def _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor, wei
     and exact fallbacks are summed over ``axis_name``; ``num`` is then the number of
     valid rows over all devices.
     """
+    carry = _loop_start(x, state, mode=mode, max_iterations=max_iterations)
+    carry = _loop_advance(carry, x, features, tol, reg_covar, min_count, variance_floor,
+                          weight_offset, max_iterations, mode=mode, covariance=covariance,
+                          prune=prune, valid=valid, axis_name=axis_name, num=num)
+    return _loop_finish(carry, x, features, mode=mode, covariance=covariance,
+                        axis_name=axis_name)
+
+
+def _loop_start(x, state, *, mode, max_iterations):
+    """The EM loop's carry before the first iteration (:func:`_fit_loop`):
+    (state, it, previous objective, done, objective trace, count trace, labels)."""
+    labels0 = jnp.full(x.shape[0] if mode != "stochastic" else 1, -1, jnp.int32)
+    return (state, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
+            jnp.full(max_iterations, jnp.nan, x.dtype), jnp.zeros(max_iterations, jnp.int32),
+            labels0)
+
+
+def _loop_advance(carry, x, features, tol, reg_covar, min_count, variance_floor, weight_offset,
+                  stop_at, *, mode, covariance, prune, valid=None, axis_name=None, num=None):
+    """EM iterations from ``carry`` until done or at iteration ``stop_at`` (traced).
+
+    ``stop_at`` at most the traces' length (``max_iterations``). It splits the fit
+    into chunks for checkpoints (:mod:`inference.checkpoint`); the iterations depend
+    only on the carry, so the chunks give the one-chunk result bit for bit.
+    """
     rows = x.shape[0]
+    bound = jnp.minimum(stop_at, carry[4].shape[0])
 
     def body(carry):
         state, it, prev, _, objective_trace, count_trace, prev_labels = carry
@@ -753,15 +787,14 @@ def _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor, wei
                 count_trace.at[it].set(jnp.sum(new.active).astype(jnp.int32)), labels)
 
     def running(carry):
-        return (~carry[3]) & (carry[1] < max_iterations)
+        return (~carry[3]) & (carry[1] < bound)
 
-    labels0 = jnp.full(rows if mode != "stochastic" else 1, -1, jnp.int32)
-    init = (state, 0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
-            jnp.full(max_iterations, jnp.nan, x.dtype), jnp.zeros(max_iterations, jnp.int32),
-            labels0)
-    state, it, _, done, objective_trace, count_trace, _ = jax.lax.while_loop(
-        running, body, init)
-    # The criteria of the fitted mixture from the same features, in the same call.
+    return jax.lax.while_loop(running, body, carry)
+
+
+def _loop_finish(carry, x, features, *, mode, covariance, axis_name=None):
+    """The outputs of :func:`_fit_loop` from the last carry: the criteria at the fit."""
+    state, it, _, done, objective_trace, count_trace, _ = carry
     values, labels, nearest = _block_criteria(x, features, state.weights, state.means,
                                               state.covariances, state.active, covariance,
                                               map_is_nearest=mode == "nearest",
@@ -769,16 +802,80 @@ def _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor, wei
     return state, it, done, objective_trace, count_trace, values, labels, nearest
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "covariance", "max_iterations", "prune"))
+@functools.partial(jax.jit, static_argnames=("covariance",))
+def _features_of(x, *, covariance):
+    """The data's blocked quadratic features (:func:`_block_features`), built once per fit."""
+    return _block_features(x, _kind_of(covariance))
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "max_iterations"))
+def _start_single(x, state, *, mode, max_iterations):
+    return _loop_start(x, state, mode=mode, max_iterations=max_iterations)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "covariance", "prune"))
+def _advance_single(carry, x, features, tol, reg_covar, min_count, variance_floor,
+                    weight_offset, stop_at, *, mode, covariance, prune):
+    """:func:`_loop_advance` on one device: every iteration is one sweep over the
+    features (E-step and the M-step's statistics, :func:`_sweep`), then the
+    closed-form M-step."""
+    return _loop_advance(carry, x, features, tol, reg_covar, min_count, variance_floor,
+                         weight_offset, stop_at, mode=mode, covariance=covariance, prune=prune)
+
+
+@functools.partial(jax.jit, static_argnames=("mode", "covariance"))
+def _finish_single(carry, x, features, *, mode, covariance):
+    return _loop_finish(carry, x, features, mode=mode, covariance=covariance)
+
+
 def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
-         covariance, max_iterations, prune):
-    """:func:`_fit_loop` on one device, the data's quadratic features computed once:
-    every iteration is one sweep over them (E-step and the M-step's statistics,
-    :func:`_sweep`), then the closed-form M-step."""
-    features = _block_features(x, _kind_of(covariance))
-    return _fit_loop(x, features, state, tol, reg_covar, min_count, variance_floor,
-                     weight_offset, mode=mode, covariance=covariance,
-                     max_iterations=max_iterations, prune=prune)
+         covariance, max_iterations, prune, checkpoint=None):
+    """:func:`_fit_loop` on one device, the data's quadratic features computed once, the
+    loop through :func:`inference.checkpoint.run_chunks`.
+
+    ``checkpoint``: None (one chunk), or a dict of ``run_chunks``'s ``kind``,
+    ``options``, ``checkpoint_path``, ``checkpoint_every`` and ``resume_from``.
+    """
+    from inference.checkpoint import run_chunks
+
+    features = _features_of(x, covariance=covariance)
+    settings = dict(mode=mode, covariance=covariance, prune=prune)
+    carry = run_chunks(
+        lambda carry, stop_at: _advance_single(carry, x, features, tol, reg_covar, min_count,
+                                               variance_floor, weight_offset, stop_at,
+                                               **settings),
+        lambda: _start_single(x, state, mode=mode, max_iterations=max_iterations),
+        total=max_iterations, finished=lambda carry: bool(carry[3]),
+        **(checkpoint or dict(kind="fit_mixture", options={})))
+    return _finish_single(carry, x, features, mode=mode, covariance=covariance)
+
+
+# The jitted loop's compilations (read by benchmarks/mixture.py to warm up).
+_run._cache_size = _advance_single._cache_size
+
+
+def _checkpoint_settings(checkpoint_path, checkpoint_every, resume_from, *, mesh, devices, x,
+                         state, rng_key, options):
+    """``_run``'s ``checkpoint`` dict (None without checkpoint options), after validation.
+
+    The saved options are the fit's, x's shape and dtype, the SHA-256 of x and of the
+    initial state (which ``rng_key``, ``init`` and the ``init_*`` arrays determine).
+    """
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    if path is None and resume is None:
+        return None
+    if mesh is not None:
+        raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
+                         f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
+    saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
+                 rng_key=checkpoint.jsonable(rng_key),
+                 initial_state_sha256=checkpoint.data_digest(*state),
+                 data_sha256=checkpoint.data_digest(x))
+    return dict(kind="fit_mixture", options=saved, checkpoint_path=path,
+                checkpoint_every=every, resume_from=resume)
 
 
 def criteria(x, weights, means, covariances, covariance="full"):
@@ -929,17 +1026,14 @@ def _has_distinct_rows(x, k):
 
 def _check_options(mode, covariance, weight_rule, prune, init):
     """The option checks of :func:`fit_mixture` (and of the streaming fit)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if covariance not in mixture.COVARIANCES:
-        raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
-    if weight_rule not in ("ml", "mml"):
-        raise ValueError(f"weight_rule must be 'ml' or 'mml'; got {weight_rule!r}")
+    check_choice(mode, "mode", MODES)
+    check_choice(covariance, "covariance", mixture.COVARIANCES)
+    check_choice(weight_rule, "weight_rule", ("ml", "mml"))
+    check_choice(init, "init", ("kmeans++", "random"))
+    check_bool(prune, "prune")
     if weight_rule == "mml" and (not prune or mode == "nearest"):
         raise ValueError("weight_rule='mml' needs prune=True and mode 'stochastic' or 'map'; "
                          f"got prune={prune!r}, mode={mode!r}")
-    if init not in ("kmeans++", "random"):
-        raise ValueError(f"init must be 'kmeans++' or 'random'; got {init!r}")
 
 
 def _initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init_weights,
@@ -1018,7 +1112,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                 init_weights=None, init_covariances=None, max_iterations: int = 200,
                 tol: float = 1e-7, reg_covar: float = 1e-6, min_count=None,
                 variance_threshold: float = 1e-6, weight_rule: str = "ml", devices=None,
-                mesh=None, batch_size=None) -> MixtureResult:
+                mesh=None, batch_size=None, checkpoint_path=None,
+                checkpoint_every: int | None = None, resume_from=None) -> MixtureResult:
     """Fit the Gaussian-mixture program by EM, hard-cut EM or k-means (module docstring).
 
     Parameters
@@ -1071,6 +1166,17 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         A mesh of your own instead of ``devices`` (one axis, or one named ``"data"``).
     batch_size : int, optional
         Rows per batch when x is read as a stream (below).
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the EM loop's carry and the options, with the SHA-256 of
+        x) to this ``.npz`` file every ``checkpoint_every`` iterations
+        (:mod:`inference.checkpoint`; atomic: a killed process leaves the last one
+        intact). In-memory x on one device only (not streams, ``devices`` or ``mesh``).
+    checkpoint_every : int, optional
+        Iterations per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_mixture`` with the same x and
+        options (else ``ValueError`` naming the option). The result is bit-identical
+        to the uninterrupted fit; a checkpoint of a finished fit returns at once.
 
     ``x`` may also be a stream too large for memory: an ``np.memmap``, a callable
     returning a fresh iterator of (rows, d) batches, a list of batches or a
@@ -1090,6 +1196,9 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         if devices is not None or mesh is not None:
             raise ValueError("devices= and mesh= apply to an in-memory x, not to a stream "
                              f"of batches; got devices={devices!r}, mesh={mesh!r}")
+        if (checkpoint_path, checkpoint_every, resume_from) != (None, None, None):
+            raise ValueError("checkpoint_path/checkpoint_every/resume_from apply to an "
+                             "in-memory x, not to a stream of batches")
         return streaming.fit_mixture_stream(
             x, num_components, mode=mode, covariance=covariance, prune=prune,
             rng_key=rng_key, init=init, init_means=init_means, init_weights=init_weights,
@@ -1111,6 +1220,12 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     check_positive(reg_covar, "reg_covar") if reg_covar else None
+    check_nonnegative(tol, "tol")
+    check_nonnegative(variance_threshold, "variance_threshold")
+    if min_count is not None:
+        check_nonnegative(min_count, "min_count")
+    if rng_key is not None:
+        check_rng_key(rng_key)
     if mode == "nearest":
         covariance = "spherical"
     # After the override: k-means fits spherical clusters, so d + 1 points are not needed.
@@ -1120,10 +1235,16 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     state, weight_offset = _initial_state(x, k, spread, covariance, init, rng_key, init_means,
                                           init_weights, init_covariances, weight_rule)
     options = dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune)
+    checkpoint = _checkpoint_settings(
+        checkpoint_path, checkpoint_every, resume_from, mesh=mesh, devices=devices, x=x,
+        state=state, rng_key=rng_key,
+        options=dict(options, num_components=k, tol=tol, reg_covar=reg_covar,
+                     min_count=min_count, variance_threshold=variance_threshold,
+                     weight_rule=weight_rule, init=init))
     if mesh is None:
         state, it, done, objective_trace, count_trace, values, labels, nearest = _run(
             x, state, tol, reg_covar, min_count, variance_threshold * spread, weight_offset,
-            **options)
+            checkpoint=checkpoint, **options)
     else:
         padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
         from inference.mixture_sharded import _run_sharded  # imports this module

@@ -58,7 +58,7 @@ from inference._progress import progress, tick
 from inference.mixture import _kmeans_plus_plus, component_log_joint, criteria
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int
+from ppl_models.validation import check_data, check_positive, check_positive_int, check_rng_key
 
 __all__ = ["fit_mixture_svi", "fit_mixture_mcmc", "mixture_loo", "align_draws",
            "posterior_predictive_log_likelihood", "pointwise_log_likelihood",
@@ -120,6 +120,7 @@ def _model_kwargs(covariance, num_components, prior_scale):
 def _check_common(x, num_components, covariance, rng_key, prior_scale, caller):
     if rng_key is None:
         raise ValueError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     if covariance not in mixture.COVARIANCES:
         raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
     x = check_data(x, "x")
@@ -213,25 +214,52 @@ class MixtureSVIResult(NamedTuple):
     covariance: str
 
 
-@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps",
-                                   "progress_every"))
-def _svi_run(rng_key, x, init_values, step_size, prior_scale, *, covariance, num_components,
-             num_steps, progress_every):
-    model = mixture.model
-    kwargs = _model_kwargs(covariance, num_components, prior_scale)
+def _mixture_svi(init_values, step_size, covariance, num_steps):
+    """The SVI of :func:`fit_mixture_svi`: AutoDelta, Adam with a cosine-decayed step."""
     # The guide sees the program with y hidden: y is summed out by TraceEnum_ELBO.
-    guide = AutoDelta(handlers.block(model, hide=["y"]),
+    guide = AutoDelta(handlers.block(mixture.model, hide=["y"]),
                       init_loc_fn=init_to_value(values=init_values))
     schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=_FINAL_FRACTION)
-    svi = SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=1))
-    state = svi.init(rng_key, x, **kwargs)
+    return SVI(mixture.model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=1))
 
-    def step(state, i):
-        state, loss = svi.update(state, x, **kwargs)
-        tick(i, progress_every)
-        return state, loss
 
-    state, losses = jax.lax.scan(step, state, jnp.arange(num_steps))
+@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
+def _svi_start(rng_key, x, init_values, step_size, prior_scale, *, covariance, num_components,
+               num_steps):
+    """The SVI carry before the first step (:func:`inference.checkpoint.svi_start`)."""
+    from inference.checkpoint import svi_start
+
+    kwargs = _model_kwargs(covariance, num_components, prior_scale)
+    svi = _mixture_svi(init_values, step_size, covariance, num_steps)
+    return svi_start(svi.init(rng_key, x, **kwargs), num_steps, x.dtype)
+
+
+@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps",
+                                   "progress_every"))
+def _svi_advance(carry, x, init_values, step_size, prior_scale, stop_at, *, covariance,
+                 num_components, num_steps, progress_every=0):
+    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
+    :func:`inference.checkpoint.svi_advance`)."""
+    from inference.checkpoint import svi_advance, svi_ready
+
+    kwargs = _model_kwargs(covariance, num_components, prior_scale)
+    svi = svi_ready(_mixture_svi(init_values, step_size, covariance, num_steps), carry[0], x,
+                    **kwargs)
+    return svi_advance(lambda state: svi.update(state, x, **kwargs), carry, stop_at,
+                       progress_every)
+
+
+@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
+def _svi_finish(carry, x, init_values, step_size, prior_scale, *, covariance, num_components,
+                num_steps):
+    """(sites, losses, log prior) from the last SVI carry."""
+    from inference.checkpoint import svi_ready
+
+    model = mixture.model
+    kwargs = _model_kwargs(covariance, num_components, prior_scale)
+    state, losses, _ = carry
+    svi = svi_ready(_mixture_svi(init_values, step_size, covariance, num_steps), state, x,
+                    **kwargs)
     params = svi.get_params(state)  # constrained values
     sites = {name: params[f"{name}_auto_loc"] for name in init_values}
     trace = handlers.trace(handlers.seed(handlers.substitute(model, data=sites), 0)).get_trace(
@@ -240,10 +268,37 @@ def _svi_run(rng_key, x, init_values, step_size, prior_scale, *, covariance, num
     return sites, losses, log_prior
 
 
+def _svi_checkpointed(rng_key, x, init_values, step_size, prior_scale, *, covariance,
+                      num_components, num_steps, progress_every, checkpoint_path,
+                      checkpoint_every, resume_from, options):
+    """All SVI steps through :func:`inference.checkpoint.run_chunks` (one chunk without
+    checkpoint options); returns (sites, losses, log prior). ``options`` are saved with
+    the checkpoints beside x's and the start's SHA-256."""
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    saved = {}
+    if path is not None or resume is not None:
+        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
+                     start_sha256=checkpoint.data_digest(*init_values.values()),
+                     data_sha256=checkpoint.data_digest(x))
+    common = dict(covariance=covariance, num_components=num_components, num_steps=num_steps)
+    carry = checkpoint.run_chunks(
+        lambda carry, stop_at: _svi_advance(carry, x, init_values, step_size, prior_scale,
+                                            stop_at, progress_every=progress_every, **common),
+        lambda: _svi_start(rng_key, x, init_values, step_size, prior_scale, **common),
+        total=num_steps, finished=lambda carry: False, kind="fit_mixture_svi", options=saved,
+        checkpoint_path=path, checkpoint_every=every, resume_from=resume)
+    return _svi_finish(carry, x, init_values, step_size, prior_scale, **common)
+
+
 def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full",
                     num_steps: int = 1000, step_size: float = 0.05, prior_scale: float = 10.0,
                     init_means=None, init_weights=None, init_covariances=None,
-                    tol: float = 1e-4, progress_bar: bool = False) -> MixtureSVIResult:
+                    tol: float = 1e-4, progress_bar: bool = False, checkpoint_path=None,
+                    checkpoint_every: int | None = None,
+                    resume_from=None) -> MixtureSVIResult:
     """MAP parameters of the mixture program by SVI, y summed out (``TraceEnum_ELBO``).
 
     Guide: ``AutoDelta`` (a point mass) on alpha, m, sd and, for ``"full"``, corr,
@@ -296,6 +351,17 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
         so a change is progress, not noise).
     progress_bar : bool
         tqdm bar over the steps, advanced from inside the jitted loop.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the SVI state, with its key and optimiser state, the loss
+        trace and the step; the options and the SHA-256 of x) to this ``.npz`` file
+        every ``checkpoint_every`` steps (:mod:`inference.checkpoint`; atomic: a
+        killed process leaves the last one intact).
+    checkpoint_every : int, optional
+        Steps per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_mixture_svi`` with the same x and
+        options (else ``ValueError`` naming the option); the result is bit-identical
+        to the uninterrupted run.
 
     Returns
     -------
@@ -319,10 +385,13 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
                                               init_weights, init_covariances)
     init_values = _site_values(weights, means, cov, covariance)
     with progress(num_steps, "mixture SVI", progress_bar) as every:
-        sites, losses, log_prior = jax.block_until_ready(_svi_run(
+        sites, losses, log_prior = jax.block_until_ready(_svi_checkpointed(
             key_run, x, init_values, jnp.asarray(step_size, x.dtype),
             jnp.asarray(prior_scale, x.dtype), covariance=covariance, num_components=k,
-            num_steps=num_steps, progress_every=every))
+            num_steps=num_steps, progress_every=every, checkpoint_path=checkpoint_path,
+            checkpoint_every=checkpoint_every, resume_from=resume_from,
+            options=dict(num_components=k, covariance=covariance, num_steps=num_steps,
+                         step_size=step_size, prior_scale=prior_scale, rng_key=rng_key)))
     losses = losses / num
     weights, means, cov = _parameters(sites, covariance, dim)
     finite = all(bool(jnp.all(jnp.isfinite(v))) for v in (losses[-1], weights, means, cov))

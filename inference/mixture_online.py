@@ -110,7 +110,13 @@ import numpy as np
 from inference.mixture import _kmeans_plus_plus, _project, component_log_joint
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_choice,
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["METHODS", "SCHEDULES", "CRITERIA", "DELEARNING", "OnlineState", "OnlineInfo",
            "OnlineResult", "init", "step", "run", "stream_order", "fit_online"]
@@ -534,10 +540,7 @@ def _check_rate(value, name, *, lower_open=True, upper=1.0):
     return value
 
 
-def _choice(value, name, valid):
-    if value not in valid:
-        raise ValueError(f"{name} must be one of {valid}; got {value!r}")
-    return value
+_choice = check_choice  # the shared check (ppl_models.validation)
 
 
 def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
@@ -627,6 +630,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     trace_every = min(trace_every, total)
     if rng_key is None:
         raise ValueError("rng_key is required (it shuffles the stream)")
+    check_rng_key(rng_key)
     key_init, key_order = jax.random.split(rng_key)
     if init_means is not None:
         init_means = jnp.asarray(init_means, x.dtype)

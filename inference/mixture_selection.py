@@ -44,7 +44,7 @@ import numpy as np
 from inference.mixture import fit_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive_int
+from ppl_models.validation import check_data, check_positive_int, check_rng_key
 
 __all__ = ["SelectionResult", "CRITERIA", "num_parameters", "compare_criteria",
            "select_num_components"]
@@ -160,6 +160,9 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     NumericalWarning
         A candidate whose every restart collapsed (excluded from the choice).
     """
+    if isinstance(criteria, str):
+        raise TypeError(f"criteria must be a sequence of names among {sorted(CRITERIA)}, not "
+                        f"one string; got {criteria!r} (write ({criteria!r},))")
     criteria = tuple(criteria)
     unknown = [c for c in criteria if c not in CRITERIA]
     if unknown or not criteria:
@@ -168,11 +171,15 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     if rng_key is None:
         raise ValueError("rng_key is required (a jax.random key)")
+    check_rng_key(rng_key)
     if "prune" in fit_kwargs:
         raise TypeError("compare_criteria fits every candidate without pruning; do not pass "
                         "prune")
     x = check_data(x, "x")
     num, dim = x.shape
+    if max(candidates) > num:
+        raise ValueError(f"candidates must be at most the {num} examples (rows) of x; got "
+                         f"{candidates}")
     keys = jax.random.split(rng_key, len(candidates))
     results = {}
     for mode in dict.fromkeys(CRITERIA[c] for c in criteria):

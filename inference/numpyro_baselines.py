@@ -58,7 +58,15 @@ from inference.energy import energy_fn
 from inference.gvq import GVQResult, restart_features
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_features, check_positive, check_positive_int
+from ppl_models.validation import (
+    check_choice,
+    check_data,
+    check_features,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["map_associate", "gibbs_associate", "fit_gvq_svi", "fit_gvq_mcmc",
            "GVQMCMCResult", "MAX_ENUMERATED_FEATURES", "MAX_MCMC_FEATURES"]
@@ -184,6 +192,7 @@ def gibbs_associate(
     check_positive(sigma, "sigma")
     num_warmup = check_positive_int(num_warmup, "num_warmup")
     num_samples = check_positive_int(num_samples, "num_samples")
+    check_rng_key(rng_key)
     model = gvq.model if model is None else model
     dynamic, static = split_model_kwargs(model_kwargs)
     keys = jax.random.split(rng_key, x.shape[0])
@@ -193,28 +202,90 @@ def gibbs_associate(
     return AssociationResult(states, energy, jnp.ones(x.shape[0], bool), None)
 
 
+def _gvq_svi(model, start, learning_rate):
+    """The SVI of :func:`fit_gvq_svi` from ``start`` (a point-mass guide on F)."""
+    def point_guide(x=None, **unused):
+        loc = numpyro.param("F_loc", start)
+        numpyro.sample("F", dist.Delta(loc).to_event(2))
+
+    return SVI(model, point_guide, Adam(learning_rate), TraceEnum_ELBO(max_plate_nesting=1))
+
+
+def _svi_kwargs(dynamic_kwargs, static_kwargs, sigma, starts):
+    return {**dynamic_kwargs, **dict(static_kwargs), "sigma": sigma, "split_states": True,
+            "num_features": starts.shape[1]}
+
+
 @partial(jax.jit, static_argnames=("num_steps", "model", "static_kwargs", "learning_rate"))
-def _svi_restarts(keys, x, starts, sigma, dynamic_kwargs, *, num_steps, model, static_kwargs,
-                  learning_rate):
-    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "sigma": sigma, "split_states": True,
-              "num_features": starts.shape[1]}
+def _svi_start(keys, x, starts, sigma, dynamic_kwargs, *, num_steps, model, static_kwargs,
+               learning_rate):
+    """The SVI carry of every restart (vmapped) before the first step."""
+    from inference.checkpoint import svi_start
+
+    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, sigma, starts)
 
     def one(key, start):
-        def point_guide(x=None, **unused):
-            loc = numpyro.param("F_loc", start)
-            numpyro.sample("F", dist.Delta(loc).to_event(2))
-
-        svi = SVI(model, point_guide, Adam(learning_rate), TraceEnum_ELBO(max_plate_nesting=1))
-        state = svi.init(key, x, **kwargs)
-
-        def body(state, _):
-            state, loss = svi.update(state, x, **kwargs)
-            return state, loss
-
-        state, losses = jax.lax.scan(body, state, None, length=num_steps)
-        return svi.get_params(state)["F_loc"], losses
+        return svi_start(_gvq_svi(model, start, learning_rate).init(key, x, **kwargs), num_steps,
+                         x.dtype)
 
     return jax.vmap(one)(keys, starts)
+
+
+@partial(jax.jit, static_argnames=("model", "static_kwargs", "learning_rate"))
+def _svi_advance(carry, x, starts, sigma, dynamic_kwargs, stop_at, *, model, static_kwargs,
+                 learning_rate):
+    """SVI steps of every restart until step ``stop_at`` (traced; chunks for checkpoints,
+    :func:`inference.checkpoint.svi_advance`)."""
+    from inference.checkpoint import svi_advance, svi_ready
+
+    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, sigma, starts)
+
+    def one(carry, start):
+        svi = svi_ready(_gvq_svi(model, start, learning_rate), carry[0], x, **kwargs)
+        return svi_advance(lambda state: svi.update(state, x, **kwargs), carry, stop_at)
+
+    return jax.vmap(one)(carry, starts)
+
+
+@partial(jax.jit, static_argnames=("model", "static_kwargs", "learning_rate"))
+def _svi_finish(carry, x, starts, sigma, dynamic_kwargs, *, model, static_kwargs,
+                learning_rate):
+    """(features, losses) of every restart from the last carry."""
+    from inference.checkpoint import svi_ready
+
+    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, sigma, starts)
+
+    def one(carry, start):
+        svi = svi_ready(_gvq_svi(model, start, learning_rate), carry[0], x, **kwargs)
+        return svi.get_params(carry[0])["F_loc"], carry[1]
+
+    return jax.vmap(one)(carry, starts)
+
+
+def _svi_checkpointed(keys, x, starts, sigma, dynamic_kwargs, *, num_steps, model,
+                      static_kwargs, learning_rate, checkpoint_path, checkpoint_every,
+                      resume_from, options):
+    """All SVI steps of every restart through :func:`inference.checkpoint.run_chunks` (one
+    chunk without checkpoint options); returns (features, losses). ``options`` are saved
+    with the checkpoints."""
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    saved = {}
+    if path is not None or resume is not None:
+        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
+                     starts_sha256=checkpoint.data_digest(starts),
+                     data_sha256=checkpoint.data_digest(x))
+    common = dict(model=model, static_kwargs=static_kwargs, learning_rate=learning_rate)
+    carry = checkpoint.run_chunks(
+        lambda carry, stop_at: _svi_advance(carry, x, starts, sigma, dynamic_kwargs, stop_at,
+                                            **common),
+        lambda: _svi_start(keys, x, starts, sigma, dynamic_kwargs, num_steps=num_steps,
+                           **common),
+        total=num_steps, finished=lambda carry: False, kind="fit_gvq_svi", options=saved,
+        checkpoint_path=path, checkpoint_every=every, resume_from=resume)
+    return _svi_finish(carry, x, starts, sigma, dynamic_kwargs, **common)
 
 
 def fit_gvq_svi(
@@ -230,6 +301,9 @@ def fit_gvq_svi(
     model: Callable | None = None,
     model_kwargs: dict | None = None,
     rtol: float = 1e-4,
+    checkpoint_path=None,
+    checkpoint_every: int | None = None,
+    resume_from=None,
 ) -> GVQResult:
     """Learn F by SVI on the finite-noise program with enumerated binary units.
 
@@ -256,6 +330,17 @@ def fit_gvq_svi(
     rtol : float
         ``converged`` when the loss changed by less than ``rtol`` (relative)
         over the last tenth of the steps.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (every restart's SVI state, with its key and optimiser
+        state, the loss traces and the step; the options and the SHA-256 of x) to
+        this ``.npz`` file every ``checkpoint_every`` steps (:mod:`inference.checkpoint`;
+        atomic: a killed process leaves the last one intact).
+    checkpoint_every : int, optional
+        Steps per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_gvq_svi`` with the same x and
+        options (else ``ValueError`` naming the option); the result is bit-identical
+        to the uninterrupted run.
 
     Returns
     -------
@@ -273,13 +358,20 @@ def fit_gvq_svi(
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     check_positive(sigma, "sigma")
     check_positive(learning_rate, "learning_rate")
+    check_nonnegative(rtol, "rtol")
+    check_rng_key(rng_key)
     model = gvq.model if model is None else model
     key_init, key_run = jax.random.split(rng_key)
     starts = restart_features(key_init, x, num_features, num_restarts, init_features)
     dynamic, static = split_model_kwargs(model_kwargs)
-    features, losses = _svi_restarts(
+    features, losses = _svi_checkpointed(
         jax.random.split(key_run, num_restarts), x, starts, jnp.asarray(sigma, x.dtype), dynamic,
-        num_steps=num_steps, model=model, static_kwargs=static, learning_rate=learning_rate)
+        num_steps=num_steps, model=model, static_kwargs=static, learning_rate=learning_rate,
+        checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+        resume_from=resume_from,
+        options=dict(num_features=num_features, sigma=sigma, num_steps=num_steps,
+                     learning_rate=learning_rate, num_restarts=num_restarts, model=model,
+                     model_kwargs=model_kwargs, rng_key=rng_key))
     final = losses[:, -1]
     if not bool(jnp.all(jnp.isfinite(final))):
         warnings.warn("fit_gvq_svi: some restarts ended with a non-finite loss; they are skipped",
@@ -555,6 +647,7 @@ def fit_gvq_mcmc(
     """
     if rng_key is None:
         raise ValueError("fit_gvq_mcmc needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     x = check_data(x, "x")
     num_features = check_positive_int(
         num_features, "num_features", maximum=MAX_MCMC_FEATURES,
@@ -567,11 +660,8 @@ def fit_gvq_mcmc(
                          f"of each chain); got {num_samples}")
     num_chains = check_positive_int(num_chains, "num_chains")
     max_tree_depth = check_positive_int(max_tree_depth, "max_tree_depth")
-    if chain_method not in ("sequential", "vectorized"):
-        raise ValueError(f"chain_method must be 'sequential' or 'vectorized'; got "
-                         f"{chain_method!r}")
-    if summary not in ("mean", "chain", "best"):
-        raise ValueError(f"summary must be 'mean', 'chain' or 'best'; got {summary!r}")
+    check_choice(chain_method, "chain_method", ("sequential", "vectorized"))
+    check_choice(summary, "summary", ("mean", "chain", "best"))
     check_positive(sigma, "sigma")
     if not isinstance(target_accept_prob, int | float) or not 0 < target_accept_prob < 1:
         raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}")

@@ -73,7 +73,7 @@ from inference.mixture import (
 )
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int
+from ppl_models.validation import check_positive, check_positive_int, check_rng_key
 
 __all__ = ["BatchSource", "batches", "is_stream", "fit_mixture_stream", "OnlineStreamResult",
            "fit_online_stream"]
@@ -500,6 +500,8 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
             "returns a fresh iterator, or use fit_online_stream for one pass")
     if init_means is None and rng_key is None:
         raise ValueError("rng_key is required unless init_means is given")
+    if rng_key is not None:
+        check_rng_key(rng_key)
 
     # Pass 1: check every batch, count rows, the data's mean and variance, the first batch.
     data.check_finite = True
@@ -776,6 +778,8 @@ prior_count, min_share, reg_covar, min_weight
         check_positive(prior_count, "prior_count")
     if state is None and init_means is None and rng_key is None:
         raise ValueError("rng_key is required unless init_means or state is given")
+    if rng_key is not None:
+        check_rng_key(rng_key)
     options = (("covariance", covariance), ("criterion", criterion), ("delearning", delearning),
                ("method", method), ("num_examples", None), ("old_posterior", "zero"),
                ("schedule", schedule))

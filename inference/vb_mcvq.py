@@ -121,7 +121,12 @@ from inference import mcvq as em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
-from ppl_models.validation import check_fraction, check_positive_int, check_tolerance
+from ppl_models.validation import (
+    check_fraction,
+    check_positive_int,
+    check_rng_key,
+    check_tolerance,
+)
 
 __all__ = ["VBMCVQState", "VBMCVQInfo", "VBMCVQResult", "init", "step", "bound",
            "fit_vb_mcvq"]
@@ -400,7 +405,9 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
 @functools.partial(jax.jit, static_argnames=("max_vqs", "max_states", "conditional"))
 def _run(rng_key, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, *,
          max_vqs, max_states, conditional):
-    """The driver: ``temperatures`` padded to a fixed length, ``num_iterations`` traced."""
+    """The main loop in one program: ``temperatures`` padded to a fixed length,
+    ``num_iterations`` traced. ``fit_vb_mcvq`` runs it as :func:`_start_jit` and
+    :func:`_advance_jit` chunks (:func:`_run_checkpointed`), so that it can stop between."""
     state = init(rng_key, x, mask, max_vqs, max_states, prior)
     return _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
                     conditional=conditional)
@@ -414,15 +421,32 @@ def _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iteration
     Traces are indexed from ``state.iteration`` at the call (the first iteration of
     a call is never declared converged).
     """
-    length = temperatures.shape[0]
-    start = state.iteration
+    carry = _start_carry(state, temperatures.shape[0], x.dtype)
+    return _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
+                    state.iteration, num_iterations, conditional=conditional)
+
+
+def _start_carry(state, length, dtype):
+    """The loop carry (state, traces, done) before the first iteration from ``state``."""
     max_vqs = state.pi.shape[0]
-    traces = (jnp.full(length, jnp.nan, x.dtype), jnp.zeros(length, jnp.int32),
+    traces = (jnp.full(length, jnp.nan, dtype), jnp.zeros(length, jnp.int32),
               jnp.zeros((length, max_vqs), jnp.int32), jnp.zeros(length, bool))
+    return state, traces, jnp.array(False)
+
+
+def _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, start,
+             stop_at, *, conditional):
+    """Steps from ``carry`` until done or ``min(num_iterations, stop_at)`` iterations after
+    iteration ``start`` (traced; the iteration the traces are indexed from).
+
+    ``stop_at`` splits the loop into chunks for checkpoints (:mod:`inference.checkpoint`);
+    the steps use no key, so the chunks give the one-chunk result bit for bit.
+    """
+    bound_iterations = jnp.minimum(num_iterations, stop_at)
 
     def cond(carry):
         state, _, done = carry
-        return (state.iteration - start < num_iterations) & ~done
+        return (state.iteration - start < bound_iterations) & ~done
 
     def body(carry):
         state, (bounds, vqs, states, pruned), _ = carry
@@ -437,7 +461,16 @@ def _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iteration
                   states.at[t].set(info.num_states), pruned.at[t].set(info.pruned))
         return new, traces, done
 
-    return jax.lax.while_loop(cond, body, (state, traces, jnp.array(False)))
+    return jax.lax.while_loop(cond, body, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("length", "max_vqs", "max_states"))
+def _start_jit(rng_key, x, mask, prior, *, length, max_vqs, max_states):
+    """The main loop's carry from :func:`init` (traces of ``length`` entries)."""
+    return _start_carry(init(rng_key, x, mask, max_vqs, max_states, prior), length, x.dtype)
+
+
+_advance_jit = jax.jit(_advance, static_argnames=("conditional",))
 
 
 class VBMCVQResult(NamedTuple):
@@ -554,19 +587,24 @@ def check_covered(x, mask):
 
 
 def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, max_iterations,
-                 move_steps, conditional, parts, temps):
+                 move_steps, conditional, parts, temps, *, resume=None, on_round=None):
     """Searches for a bound-raising move and re-converges until none is found.
 
     Appends every continuation's traces to ``parts`` and ``temps``; its first
     iteration is flagged as a structural change (like a pruning) so that the
     monotonicity check skips the jump. Returns the state and the moves accepted.
+    ``resume``: (key, first round, moves accepted) of a checkpoint; ``on_round``:
+    called as ``on_round(state, key, next round, moves accepted)`` after every
+    accepted move (the checkpoints of :func:`fit_vb_mcvq`).
     """
     from inference import vb_mcvq_moves  # imports this module
 
     key = jax.random.fold_in(rng_key, 1)
     constant = jnp.full(em._bucket(max_iterations), temperature, x.dtype)
-    num_moves = 0
-    for _ in range(4 * state.pi.shape[0]):
+    num_moves, first = 0, 0
+    if resume is not None:
+        key, first, num_moves = resume
+    for round_ in range(first, 4 * state.pi.shape[0]):
         key, sub = jax.random.split(key)
         best, _, _ = vb_mcvq_moves.search(state, sub, x, mask, prior, threshold,
                                           jnp.asarray(temperature, x.dtype),
@@ -585,9 +623,76 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
         part[3][0] = True
         parts.append(part)
         temps.append(np.full(its, temperature))
+        if on_round is not None:
+            on_round(state, key, round_ + 1, num_moves)
         if bool(state.all_pruned):
             break
     return state, num_moves
+
+
+def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations, tol, *,
+                      max_vqs, max_states, conditional, moves, max_iterations, move_steps,
+                      checkpoint_path, checkpoint_every, resume_from, options):
+    """The main loop, then the move rounds, with checkpoints (:mod:`inference.checkpoint`).
+
+    The main loop runs through :func:`inference.checkpoint.run_chunks` (one chunk
+    without checkpoint options); its checkpoints hold ``{"phase": "main"}`` beside the
+    carry. The move rounds save ``{"phase": "moves", state, key, round, ...}``
+    after every accepted move and ``"done"`` at the end. Returns ``(state, parts,
+    temps, num_moves)``: the final state, the traces and temperatures per segment,
+    and the moves accepted.
+    """
+    from inference import checkpoint
+
+    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
+                                                              checkpoint_every, resume_from)
+    saved = {}
+    if path is not None or resume is not None:
+        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
+                     temperature_schedule_sha256=checkpoint.data_digest(padded[:num_iterations]),
+                     prior_sha256=checkpoint.data_digest(*prior),
+                     data_sha256=checkpoint.data_digest(x, mask))
+    kind = "fit_vb_mcvq"
+    tree = None
+    if resume is not None:
+        tree = checkpoint.load_checkpoint(resume, kind=kind, options=saved)
+    if tree is not None and tree.get("phase") != "main":
+        state, parts, temps = tree["state"], tree["parts"], tree["temps"]
+        if tree["phase"] == "done":
+            return state, parts, temps, tree["num_moves"]
+        resume_moves = (tree["key"], tree["round"], tree["num_moves"])
+    else:
+        temperatures = jnp.asarray(padded, x.dtype)
+        state, traces, _ = checkpoint.run_chunks(
+            lambda carry, stop_at: _advance_jit(carry, x, mask, prior, threshold, temperatures,
+                                               num_iterations, tol, 0, stop_at,
+                                               conditional=conditional),
+            lambda: _start_jit(rng_key, x, mask, prior, length=temperatures.shape[0],
+                               max_vqs=max_vqs, max_states=max_states),
+            total=num_iterations, finished=lambda carry: bool(carry[2]), kind=kind,
+            options=saved, checkpoint_path=path, checkpoint_every=every,
+            resume_from=resume, resumed=tree, extra={"phase": "main"})
+        its = int(state.iteration)
+        parts = [[np.asarray(t[:its]) for t in traces]]
+        temps = [np.asarray(padded[:its])]
+        resume_moves = None
+
+    def save(phase, state, key, round_, num_moves):
+        if path is not None:
+            checkpoint.save_checkpoint(
+                path, {"phase": phase, "state": state, "key": key, "round": round_,
+                       "num_moves": num_moves, "parts": parts, "temps": temps},
+                kind=kind, options=saved)
+
+    num_moves = 0 if resume_moves is None else resume_moves[2]
+    if moves and not bool(state.all_pruned) and np.isfinite(float(state.bound)):
+        state, num_moves = _move_rounds(
+            state, rng_key, x, mask, prior, threshold, tol,
+            float(padded[int(parts[0][0].shape[0]) - 1]), max_iterations, move_steps,
+            conditional, parts, temps, resume=resume_moves,
+            on_round=lambda *args: save("moves", *args))
+    save("done", state, None, 0, num_moves)
+    return state, parts, temps, num_moves
 
 
 def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
@@ -595,7 +700,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
                 temperature_schedule=None, mean_prior_mean=None, mean_prior_scale=None,
                 precision_prior_shape=None, precision_prior_rate=None,
                 conditional: bool = True, moves: bool = True,
-                move_steps: int = 20) -> VBMCVQResult:
+                move_steps: int = 20, checkpoint_path=None,
+                checkpoint_every: int | None = None, resume_from=None) -> VBMCVQResult:
     """Variational Bayes MCVQ with type-II ML weights and pruning (module docstring).
 
     Parameters
@@ -638,6 +744,19 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         ascent, which stalls with causes split over several VQs.
     move_steps : int
         Iterations of coordinate ascent from a proposal before it is scored.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint to this ``.npz`` file (:mod:`inference.checkpoint`;
+        atomic: a killed process leaves the last one intact): every
+        ``checkpoint_every`` iterations of the main loop (its carry: state, traces,
+        done flag), then after every accepted move (state, key, traces) and at the end.
+    checkpoint_every : int, optional
+        Iterations per checkpoint of the main loop (a positive int; needs
+        ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by ``fit_vb_mcvq`` with the same data and
+        options (``rng_key`` included; else ``ValueError`` naming the option). The
+        result is bit-identical to the uninterrupted fit; a checkpoint of a finished
+        fit returns its result at once.
 
     Returns
     -------
@@ -699,6 +818,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     max_states = check_positive_int(max_states, "max_states")
     if rng_key is None:
         raise TypeError("fit_vb_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     move_steps = check_positive_int(move_steps, "move_steps")
@@ -717,17 +837,14 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     padded[:num_iterations] = temperatures
     threshold = jnp.asarray(prune_threshold, x.dtype)
     tol_array = jnp.asarray(tol, x.dtype)
-    state, traces, _ = _run(rng_key, x, mask, prior, threshold, jnp.asarray(padded, x.dtype),
-                            num_iterations, tol_array, max_vqs=max_vqs, max_states=max_states,
-                            conditional=bool(conditional))
-    its = int(state.iteration)
-    parts = [[np.asarray(t[:its]) for t in traces]]
-    temps = [np.asarray(padded[:its])]
-    num_moves = 0
-    if moves and not bool(state.all_pruned) and np.isfinite(float(state.bound)):
-        state, num_moves = _move_rounds(state, rng_key, x, mask, prior, threshold, tol_array,
-                                        float(padded[its - 1]), max_iterations, move_steps,
-                                        bool(conditional), parts, temps)
+    state, parts, temps, num_moves = _run_checkpointed(
+        rng_key, x, mask, prior, threshold, padded, num_iterations, tol_array,
+        max_vqs=max_vqs, max_states=max_states, conditional=bool(conditional), moves=moves,
+        max_iterations=max_iterations, move_steps=move_steps, checkpoint_path=checkpoint_path,
+        checkpoint_every=checkpoint_every, resume_from=resume_from,
+        options=dict(max_vqs=max_vqs, max_states=max_states, prune_threshold=prune_threshold,
+                     max_iterations=max_iterations, tol=tol, conditional=bool(conditional),
+                     moves=bool(moves), move_steps=move_steps, rng_key=rng_key))
     if bool(state.all_pruned):
         raise ValueError(
             f"prune_threshold={prune_threshold} would remove every VQ, or every state of a VQ "

@@ -84,7 +84,13 @@ from jax.scipy.special import digamma, multigammaln
 
 from inference.mixture import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_fraction, check_positive_int, check_tolerance
+from ppl_models.validation import (
+    check_data,
+    check_fraction,
+    check_positive_int,
+    check_rng_key,
+    check_tolerance,
+)
 from ppl_models.vb_mixture import VBPrior, prior_from_data
 
 #: Covariance families: full precision matrices (Wishart) or diagonal ones (Gamma).
@@ -566,6 +572,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         why=" (the number of examples, rows of x)")
     if rng_key is None:
         raise TypeError("rng_key must be a jax.random key; got None")
+    check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     tol = check_tolerance(tol, "tol")

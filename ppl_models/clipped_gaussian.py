@@ -41,7 +41,7 @@ from numpyro import handlers
 
 from ppl_models.distributions import ClippedNormal
 from ppl_models.registry import ModelInfo, register
-from ppl_models.validation import check_positive_int
+from ppl_models.validation import check_positive_int, is_traced
 
 __all__ = ["model", "generate", "ClippedData", "INFO", "DEFAULT_NOISE", "ring_bumps",
            "sum_constraint_patterns", "to_spins"]
@@ -71,6 +71,8 @@ def model(s=None, *, weights=None, bias=None, noise=DEFAULT_NOISE, num_examples=
     """
     if weights is not None:
         num_visible, num_hidden = jnp.shape(weights)
+    if s is not None and not is_traced(s):
+        s = to_spins(s, "s")  # the checks of every entry point; 0 / 1 become -1 / +1
     if s is not None:
         num_examples, num_visible = jnp.shape(s)
     if num_examples is None or num_visible is None or num_hidden is None:

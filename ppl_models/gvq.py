@@ -39,6 +39,7 @@ from ppl_models.validation import (
     check_positive,
     check_positive_int,
     check_probability,
+    check_rng_key,
 )
 
 __all__ = ["model", "PlantedData", "generate_planted", "planted_features", "INFO",
@@ -125,9 +126,14 @@ def model(
         other set's units zero, see :func:`full_states`).
     """
     if features is not None:
+        features = check_data(features, "features")
         num_features, dim = jnp.shape(features)
     if x is not None:
+        x = check_data(x, "x", dim=dim if features is not None else None)
         num_examples, dim = jnp.shape(x)
+    if sigma is not None:
+        check_positive(sigma, "sigma")
+    check_probability(prior_probs, "prior_probs")
     if num_features is None or dim is None or num_examples is None:
         raise ValueError(
             "gvq.model needs num_features, dim and num_examples, directly or through "
@@ -295,6 +301,7 @@ def generate_planted(
     num_examples = check_positive_int(num_examples, "num_examples")
     check_positive(noise_scale, "noise_scale")
     check_probability(prior_probs, "prior_probs")
+    check_rng_key(rng_key)
     key_features, key_data = jax.random.split(rng_key)
     features = planted_features(
         key_features, num_features, dim, num_parents=num_parents,

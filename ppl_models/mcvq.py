@@ -94,16 +94,20 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import (
+    check_data,
     check_finite,
     check_positive,
     check_positive_int,
     check_probability,
+    check_rng_key,
+    is_traced,
 )
 
 __all__ = ["model", "MCVQPrior", "prior_from_data", "check_prior", "MCVQData", "generate",
@@ -206,6 +210,7 @@ def _sizes(x, mu, a, b, num_vqs, num_states, num_examples, dim):
     if None in (num_examples, dim, num_vqs, num_states):
         raise ValueError("model: give x or num_examples and dim, and mu, or a and b, or "
                          "num_vqs and num_states")
+    check_positive_int(int(num_vqs), "num_vqs")
     return num_examples, dim, num_vqs, num_states
 
 
@@ -247,6 +252,12 @@ def model(x=None, *, mask=None, mu=None, sigma=None, a=None, b=None, num_vqs=Non
         or rate raises ``ValueError`` naming it); default :func:`prior_from_data`
         of x (with ``mask``).
     """
+    if x is not None and not is_traced(x) and (mask is None or not is_traced(mask)):
+        observed = None if mask is None else np.asarray(mask, bool)
+        if observed is not None and observed.shape != np.shape(x):
+            raise ValueError(f"mask must have the shape of x, {np.shape(x)}; got "
+                             f"{observed.shape}")
+        check_data(x if observed is None else np.where(observed, x, 0.0), "x")
     num_examples, dim, num_vqs, num_states = _sizes(x, mu, a, b, num_vqs, num_states,
                                                     num_examples, dim)
     if a is None:
@@ -413,6 +424,7 @@ def generate(rng_key, num_examples: int = 100, dim: int = 12, num_vqs: int = 3,
     check_probability(missing_fraction, "missing_fraction")
     if missing_fraction >= 1:
         raise ValueError(f"missing_fraction must be below 1; got {missing_fraction}")
+    check_rng_key(rng_key)
     return _generate(rng_key, float(separation), float(noise_scale), float(missing_fraction),
                      num_examples, dim, num_vqs, num_states)
 

@@ -38,7 +38,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_models.registry import ModelInfo, register
-from ppl_models.validation import check_positive, check_positive_int
+from ppl_models.validation import check_data, check_positive, check_positive_int, check_rng_key
 
 __all__ = ["model", "COVARIANCES", "MixtureData", "generate", "covariance_matrices", "INFO"]
 
@@ -75,11 +75,14 @@ def model(x=None, *, weights=None, means=None, scale_tril=None, scales=None,
     """
     _check_covariance(covariance)
     if x is not None:
+        x = check_data(x, "x")
         num_examples, dim = jnp.shape(x)
     if means is not None:
         num_components, dim = jnp.shape(means)
     elif weights is not None:
         num_components = jnp.shape(weights)[0]
+    if num_components is not None:
+        check_positive_int(num_components, "num_components")
     if num_components is None or num_examples is None or dim is None:
         raise ValueError("model: give x or num_examples, means or num_components and dim")
     if weights is None:
@@ -156,6 +159,7 @@ def generate(rng_key, num_examples: int = 600, num_components: int = 4, dim: int
     num_components = check_positive_int(num_components, "num_components")
     dim = check_positive_int(dim, "dim")
     separation = check_positive(separation, "separation")
+    check_rng_key(rng_key)
     keys = jax.random.split(rng_key, 6)
     k = num_components
     if unequal:

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["check_data", "check_positive_int", "check_positive", "check_finite",
-           "check_probability", "check_features", "is_traced"]
+           "check_probability", "check_features", "check_fraction", "check_tolerance",
+           "check_choice", "check_rng_key", "check_bool", "check_nonnegative", "is_traced"]
 
 
 def is_traced(value) -> bool:
@@ -122,3 +123,59 @@ def check_positive(value, name: str):
     """Check that a concrete scalar or array is positive and finite; return it."""
     return _check_values(value, name, lambda a: np.isfinite(a) & (a > 0),
                          "positive and finite")
+
+
+def check_choice(value, name: str, choices):
+    """Return ``value`` when it is one of ``choices`` (strings), else raise naming ``name``.
+
+    A non-string raises ``TypeError``, an unknown string ``ValueError``; both list
+    the valid choices.
+    """
+    valid = tuple(choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {valid} (a string); got {value!r} "
+                        f"({type(value).__name__})")
+    if value not in valid:
+        raise ValueError(f"{name} must be one of {valid}; got {value!r}")
+    return value
+
+
+def check_rng_key(value, name: str = "rng_key"):
+    """Return ``value`` when it is a JAX random key, else raise ``TypeError`` naming ``name``.
+
+    Accepts typed keys (``jax.random.key``, scalar) and raw uint32 keys of shape
+    (2,) (``jax.random.PRNGKey``). ``None``, ints, floats and batches of keys
+    raise: ``fit_*`` functions take one key and split it themselves.
+    """
+    if is_traced(value):
+        return value
+    expected = "a single jax.random key (e.g. jax.random.key(0))"
+    if value is None or isinstance(value, bool | int | float | str):
+        raise TypeError(f"{name} must be {expected}; got {value!r}")
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise TypeError(f"{name} must be {expected}; got a batch of keys of shape {shape}")
+        return value
+    if dtype is not None and dtype == np.uint32 and shape == (2,):
+        return value
+    raise TypeError(f"{name} must be {expected}; got {type(value).__name__}"
+                    + (f" of dtype {dtype} and shape {shape}" if dtype is not None else ""))
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` when it is a bool (Python or NumPy), else raise ``TypeError``."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_nonnegative(value, name: str) -> float:
+    """Check that ``value`` is one finite number >= 0 (a tolerance that may be 0); return it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise TypeError(f"{name} must be a non-negative number; got {value!r} "
+                        f"({type(value).__name__})")
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a non-negative finite number; got {value!r}")
+    return float(value)

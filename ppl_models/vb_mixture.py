@@ -74,7 +74,7 @@ from numpyro.distributions.util import validate_sample
 
 from ppl_models import mixture
 from ppl_models.registry import ModelInfo, register
-from ppl_models.validation import check_data, is_traced
+from ppl_models.validation import check_choice, check_data, check_positive, is_traced
 
 __all__ = ["Wishart", "VBPrior", "prior_from_data", "check_prior", "model", "INFO"]
 
@@ -335,13 +335,14 @@ def model(x=None, *, weights, mean_prior_mean=None, mean_prior_scale=None, dof_p
     num_examples, dim : int, optional
         Sizes when ``x`` is ``None``.
     """
-    if covariance not in ("full", "diag"):
-        raise ValueError(f"covariance must be 'full' or 'diag'; got {covariance!r}")
+    check_choice(covariance, "covariance", ("full", "diag"))
+    check_positive(weights, "weights")
     weights = jnp.asarray(weights)
     k = weights.shape[0]
     hyper = dict(mean_prior_mean=mean_prior_mean, mean_prior_scale=mean_prior_scale,
                  dof_prior=dof_prior, covariance_prior=covariance_prior)
     if x is not None:
+        x = check_data(x, "x")
         num_examples, dim = jnp.shape(x)
         if any(value is None for value in hyper.values()):
             prior = prior_from_data(x, **hyper)

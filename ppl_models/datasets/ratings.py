@@ -266,11 +266,18 @@ def _titles(movie_ids, movies, source):
 
 def _read_csv(path, name):
     """Columns of a CSV file with a header, as lists of strings."""
-    path = os.fspath(path)
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise TypeError(f"{name} must be a str or path-like naming a file; got {path!r} "
+                        f"({type(path).__name__})") from None
     if not os.path.isfile(path):
         raise ValueError(f"{name} must name an existing file; got {path!r}")
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # a BOM is dropped
-        rows = list(csv.reader(handle))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # a BOM is dropped
+            rows = list(csv.reader(handle))
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ValueError(f"{name} must be a UTF-8 CSV file; {path} is not ({error})") from None
     if not rows:
         raise ValueError(f"{path} is empty; expected a header line and records")
     header = [h.strip() for h in rows[0]]

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ppl_models.validation import check_positive_int
+from ppl_models.validation import check_positive_int, check_rng_key
 
 __all__ = ["HEIGHT", "WIDTH", "SHAPE_NAMES", "NUM_OFFSETS", "NEAR_TOP", "ShapesData",
            "templates", "render", "all_offsets", "is_near_top", "generate", "near_top_images",
@@ -202,6 +202,7 @@ def generate(rng_key, num_train: int = NUM_TRAIN) -> ShapesData:
     num_allowed = int(np.sum(~is_near_top(all_offsets())))
     num_train = check_positive_int(num_train, "num_train", maximum=num_allowed,
                                    why=" (configurations not all near the top)")
+    check_rng_key(rng_key)
     chosen, in_train = _choose(rng_key, num_train)
     offsets = all_offsets()
     train, test = offsets[np.asarray(chosen)], offsets[~np.asarray(in_train)]
