@@ -70,3 +70,14 @@ def test_save_and_load_block_runs(tmp_path):
          namespace)
     assert namespace["path"] == target and target.is_file()
     assert type(namespace["again"]) is type(namespace["result"])
+
+
+def test_checkpoint_block_runs(tmp_path):
+    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tour = next(t for t in tours if "resume_from=" in t)
+    target = tmp_path / "mixture_checkpoint.npz"
+    namespace = {}
+    exec(compile(tour.replace("/tmp/mixture_checkpoint.npz", str(target)), "README.md",
+                 "exec"), namespace)
+    assert target.is_file()
+    assert namespace["whole"].num_iterations == namespace["resumed"].num_iterations == 40
