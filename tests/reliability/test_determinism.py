@@ -6,12 +6,15 @@ every number equal. Sizes are tiny: these tests are about reproducibility, not
 about answers. The default run covers every association method and one fit of
 each family of custom EM; the slow run (``-m slow``) covers every algorithm
 (each fit_mixture mode and online method, VB, the clipped Gaussian and the
-SVI/MCMC baselines). Not-converged warnings of the short runs are silenced (the runs
+SVI/MCMC baselines). Each result also goes through ``save`` and ``inference.load``
+and must come back bit for bit. Not-converged warnings of the short runs are silenced (the runs
 are cut short on purpose); any other project warning stays an error.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
 
 import jax
@@ -26,6 +29,7 @@ from inference import (
     fit_mixture,
     fit_vb_mcvq,
     fit_vb_mixture,
+    load,
 )
 from inference.association import METHODS, _load_methods
 from inference.clipped_baselines import fit_clipped_mcmc, fit_clipped_svi
@@ -53,10 +57,20 @@ def _leaves(result):
 
 
 def assert_identical(run):
-    """Run ``run()`` twice (warnings of cut-short runs silenced) and compare bit for bit."""
+    """Run ``run()`` twice (warnings of cut-short runs silenced) and compare bit for bit;
+    the result also saves and loads back bit for bit (``result.save``, ``inference.load``)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         first, second = run(), run()
+    _assert_same_leaves(first, second)
+    assert callable(getattr(first, "save", None)), f"{type(first).__name__} has no save()"
+    with tempfile.TemporaryDirectory() as directory:
+        loaded = load(first.save(os.path.join(directory, "result")))
+    assert type(loaded) is type(first)
+    _assert_same_leaves(first, loaded)
+
+
+def _assert_same_leaves(first, second):
     a, b = _leaves(first), _leaves(second)
     assert len(a) == len(b) > 0
     for left, right in zip(a, b, strict=True):
