@@ -88,7 +88,7 @@ from inference.sharding import (
     shard_examples,
 )
 from ppl_models import mixture
-from ppl_models.diagnostics import ConvergenceWarning
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
     check_bool,
     check_choice,
@@ -1036,6 +1036,23 @@ def _check_options(mode, covariance, weight_rule, prune, init):
                          f"got prune={prune!r}, mode={mode!r}")
 
 
+#: reg_covar above this fraction of the data's mean variance inflates every covariance
+#: noticeably: fit_mixture warns (reg_covar is absolute, as in scikit-learn).
+REG_COVAR_WARN_FRACTION = 1e-3
+
+
+def _check_reg_covar(reg_covar, spread, name="x", stacklevel=3):
+    """Warn when the absolute ``reg_covar`` is not small against the data's mean variance
+    ``spread`` (data on a tiny scale, e.g. 1e-6 units): the covariances would then be
+    mostly ``reg_covar`` and the clusters smoothed away without any error."""
+    if reg_covar and reg_covar > REG_COVAR_WARN_FRACTION * spread:
+        warnings.warn(
+            f"reg_covar={reg_covar!r} is {reg_covar / spread:.3g} times the mean variance "
+            f"{spread:.3g} of {name}: it dominates the fitted covariances. Rescale {name} "
+            f"(e.g. standardise it) or pass a reg_covar below {REG_COVAR_WARN_FRACTION:g} x "
+            "that variance", NumericalWarning, stacklevel=stacklevel)
+
+
 def _initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init_weights,
                    init_covariances, weight_rule):
     """The start of a fit (padded, :func:`_pad`) and the MML weight offset.
@@ -1220,6 +1237,7 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     check_positive(reg_covar, "reg_covar") if reg_covar else None
+    _check_reg_covar(reg_covar, spread)
     check_nonnegative(tol, "tol")
     check_nonnegative(variance_threshold, "variance_threshold")
     if min_count is not None:

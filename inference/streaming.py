@@ -61,6 +61,7 @@ from inference.mixture import (
     _block_rows,
     _check_end,
     _check_options,
+    _check_reg_covar,
     _feature_width,
     _finish_m_step,
     _first_argmax,
@@ -530,6 +531,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     if spread == 0.0:
         raise ValueError("source has no spread (every example is the same point): nothing "
                          "to fit")
+    _check_reg_covar(reg_covar, spread, "source", stacklevel=4)
     if mode == "nearest":
         covariance = "spherical"
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
