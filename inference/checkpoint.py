@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
-__all__ = ["check_checkpoint_options", "data_digest", "flatten_carry", "jsonable",
+__all__ = ["check_checkpoint_options", "data_digest", "prepare", "flatten_carry", "jsonable",
            "load_checkpoint", "run_chunks", "save_checkpoint", "unflatten_carry"]
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,42 @@ def check_checkpoint_options(checkpoint_path, checkpoint_every, resume_from):
             raise ValueError(f"resume_from: no checkpoint file at {str(resume)!r}")
         resume = with_suffix
     return path, checkpoint_every, resume
+
+
+def prepare(checkpoint_path, checkpoint_every, resume_from, options: dict, *, data,
+            **digests):
+    """The checkpoint options of a fit, checked, and the options to save with them.
+
+    Parameters
+    ----------
+    checkpoint_path, checkpoint_every, resume_from
+        The fit's three options (:func:`check_checkpoint_options`).
+    options : dict
+        What determines the fit's result (JSON-able through :func:`jsonable`).
+    data : tuple of arrays
+        The data (x first; a mask after it, say): saved as x's shape and dtype and
+        the SHA-256 of all of them (``data_sha256``).
+    **digests : array or tuple of arrays
+        Further inputs saved by their SHA-256 as ``<name>_sha256`` (the starts, a
+        temperature schedule, a prior).
+
+    Returns
+    -------
+    (path, every, resume, saved)
+        ``saved`` is ``{}`` when neither ``checkpoint_path`` nor ``resume_from`` is
+        given (no checkpoint: nothing is hashed).
+    """
+    path, every, resume = check_checkpoint_options(checkpoint_path, checkpoint_every,
+                                                   resume_from)
+    if path is None and resume is None:
+        return path, every, resume, {}
+    x = data[0]
+    saved = dict(options, x_shape=tuple(np.shape(x)), dtype=str(x.dtype))
+    for name, arrays in digests.items():
+        arrays = arrays if isinstance(arrays, tuple | list) else (arrays,)
+        saved[f"{name}_sha256"] = data_digest(*arrays)
+    saved["data_sha256"] = data_digest(*data)
+    return path, every, resume, saved
 
 
 def _as_path(value, name):

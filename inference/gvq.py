@@ -393,13 +393,8 @@ def _run_checkpointed(keys, x, starts, noise, dynamic, tol, num_iterations, comm
     """
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    saved = {}
-    if path is not None or resume is not None:
-        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
-                     starts_sha256=checkpoint.data_digest(starts),
-                     data_sha256=checkpoint.data_digest(x))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options, data=(x,), starts=starts)
     carry = checkpoint.run_chunks(
         lambda carry, stop_at: _advance_jit(carry, x, noise, dynamic, tol, stop_at, **common),
         lambda: _start_jit(keys, x, starts, dynamic, num_iterations=num_iterations,

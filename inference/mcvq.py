@@ -540,20 +540,15 @@ def _run_checkpointed(args, options, *, checkpoint_path, checkpoint_every, resum
     """
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
     keys, x, mask, a, b, temperatures, num_iterations, floor, tol = args
     batch_size = options["batch_size"]
-    saved_options = {}
-    if path is not None or resume is not None:
-        saved_options = dict(
-            num_vqs=options["num_vqs"], num_states=options["num_states"],
-            num_restarts=num_restarts, restart_batch_size=batch_size,
-            num_iterations=num_iterations, x_shape=x.shape, dtype=str(x.dtype),
-            temperature_schedule_sha256=checkpoint.data_digest(temperatures[:num_iterations]),
-            variance_floor=variance_floor, tol=tol_option,
-            a_sha256=checkpoint.data_digest(a), b_sha256=checkpoint.data_digest(b),
-            rng_key=checkpoint.jsonable(rng_key), data_sha256=checkpoint.data_digest(x, mask))
+    path, every, resume, saved_options = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(num_vqs=options["num_vqs"], num_states=options["num_states"],
+             num_restarts=num_restarts, restart_batch_size=batch_size,
+             num_iterations=num_iterations, variance_floor=variance_floor, tol=tol_option,
+             rng_key=checkpoint.jsonable(rng_key)),
+        data=(x, mask), temperature_schedule=temperatures[:num_iterations], a=a, b=b)
     data = (x, mask, a, b, temperatures, num_iterations, floor, tol)
     carries = checkpoint.run_chunks(
         lambda carries, stop_at: _advance_restarts(carries, *data, stop_at,
@@ -620,6 +615,31 @@ def linear_schedule(num_iterations: int, initial_temperature: float,
     num_anneal_iterations = check_positive_int(num_anneal_iterations, "num_anneal_iterations")
     fraction = jnp.minimum(jnp.arange(num_iterations) / max(num_anneal_iterations - 1, 1), 1.0)
     return initial_temperature + (1.0 - initial_temperature) * fraction
+
+
+def schedule(temperature_schedule, num_iterations, initial_temperature, num):
+    """The temperatures of :func:`fit_mcvq` from its options: ``(array, count)``.
+
+    ``temperature_schedule`` None: :func:`linear_schedule` over ``num_iterations``
+    from ``initial_temperature`` (default ``num - 1`` for ``num`` examples, at
+    least 1); a number: that temperature ``num_iterations`` times; an array: itself
+    (1-D, positive, finite, else ``ValueError`` naming ``temperature_schedule``).
+    Also the schedule of the streamed fit (:mod:`inference.streaming_fits`).
+    """
+    if temperature_schedule is None:
+        num_iterations = check_positive_int(num_iterations, "num_iterations")
+        start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
+        temperatures = np.asarray(linear_schedule(num_iterations, start), dtype=float)
+    else:
+        temperatures = np.asarray(temperature_schedule, dtype=float)
+        if temperatures.ndim == 0:
+            num_iterations = check_positive_int(num_iterations, "num_iterations")
+            temperatures = np.full(num_iterations, float(temperatures))
+        if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
+                np.isfinite(temperatures) & (temperatures > 0)):
+            raise ValueError("temperature_schedule must be a positive number or a 1-D array "
+                             f"of positive temperatures; got {temperature_schedule!r}")
+    return temperatures, int(temperatures.shape[0])
 
 
 def _check_mask(mask, shape, name="mask"):
@@ -805,20 +825,8 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                          "without any observed entry; drop them")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
-    if temperature_schedule is None:
-        num_iterations = check_positive_int(num_iterations, "num_iterations")
-        start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
-        temperatures = linear_schedule(num_iterations, start)
-    else:
-        temperatures = np.asarray(temperature_schedule, dtype=float)
-        if temperatures.ndim == 0:
-            num_iterations = check_positive_int(num_iterations, "num_iterations")
-            temperatures = np.full(num_iterations, float(temperatures))
-        if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
-                np.isfinite(temperatures) & (temperatures > 0)):
-            raise ValueError("temperature_schedule must be a positive number or a 1-D array "
-                             f"of positive temperatures; got {temperature_schedule!r}")
-    num_iterations = int(np.shape(temperatures)[0])
+    temperatures, num_iterations = schedule(temperature_schedule, num_iterations,
+                                            initial_temperature, num)
     padded = np.ones(_bucket(num_iterations))
     padded[:num_iterations] = temperatures
     a, b = _priors(a, b, dim, num_vqs, num_states, x.dtype)

@@ -408,13 +408,9 @@ def _svi_run(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_s
     saved with the checkpoints beside x's, the mask's and the start's SHA-256."""
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    saved = {}
-    if path is not None or resume is not None:
-        saved = dict(options or {}, x_shape=x.shape, dtype=str(x.dtype),
-                     start_sha256=checkpoint.data_digest(*init, a, b, lower),
-                     data_sha256=checkpoint.data_digest(x, mask))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options or {}, data=(x, mask),
+        start=(*init, a, b, lower))
     data = (x, mask, a, b, init, step_size, lower)
     common = dict(meanfield=meanfield, num_steps=num_steps)
     carry = checkpoint.run_chunks(

@@ -863,17 +863,16 @@ def _checkpoint_settings(checkpoint_path, checkpoint_every, resume_from, *, mesh
     """
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    if path is None and resume is None:
+    if (checkpoint_path, resume_from) == (None, None):
+        checkpoint.check_checkpoint_options(checkpoint_path, checkpoint_every, resume_from)
         return None
     if mesh is not None:
         raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
                          f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
-    saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
-                 rng_key=checkpoint.jsonable(rng_key),
-                 initial_state_sha256=checkpoint.data_digest(*state),
-                 data_sha256=checkpoint.data_digest(x))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(options, rng_key=checkpoint.jsonable(rng_key)), data=(x,),
+        initial_state=tuple(state))
     return dict(kind="fit_mixture", options=saved, checkpoint_path=path,
                 checkpoint_every=every, resume_from=resume)
 

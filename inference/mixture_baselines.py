@@ -276,13 +276,9 @@ def _svi_checkpointed(rng_key, x, init_values, step_size, prior_scale, *, covari
     the checkpoints beside x's and the start's SHA-256."""
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    saved = {}
-    if path is not None or resume is not None:
-        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
-                     start_sha256=checkpoint.data_digest(*init_values.values()),
-                     data_sha256=checkpoint.data_digest(x))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options, data=(x,),
+        start=tuple(init_values.values()))
     common = dict(covariance=covariance, num_components=num_components, num_steps=num_steps)
     carry = checkpoint.run_chunks(
         lambda carry, stop_at: _svi_advance(carry, x, init_values, step_size, prior_scale,

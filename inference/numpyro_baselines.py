@@ -270,13 +270,8 @@ def _svi_checkpointed(keys, x, starts, sigma, dynamic_kwargs, *, num_steps, mode
     with the checkpoints."""
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    saved = {}
-    if path is not None or resume is not None:
-        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
-                     starts_sha256=checkpoint.data_digest(starts),
-                     data_sha256=checkpoint.data_digest(x))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options, data=(x,), starts=starts)
     common = dict(model=model, static_kwargs=static_kwargs, learning_rate=learning_rate)
     carry = checkpoint.run_chunks(
         lambda carry, stop_at: _svi_advance(carry, x, starts, sigma, dynamic_kwargs, stop_at,

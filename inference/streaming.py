@@ -405,22 +405,28 @@ class _Pass:
         self._pending.append(result)
 
 
+def merge_moments(count, mean, m2, values):
+    """Add a batch ``values`` (rows, d) to running column moments: Chan's pairwise update
+    in float64. ``(count, mean, m2)`` start as ``(0, None, None)``; the variance is
+    ``m2 / count``. Returns the new ``(count, mean, m2)``."""
+    values = np.asarray(values, np.float64)
+    n_b = values.shape[0]
+    mean_b = values.mean(axis=0)
+    m2_b = ((values - mean_b) ** 2).sum(axis=0)
+    if mean is None:
+        return n_b, mean_b, m2_b
+    delta = mean_b - mean
+    total = count + n_b
+    return (total, mean + delta * (n_b / total),
+            m2 + m2_b + delta * delta * (count * n_b / total))
+
+
 def _first_pass(source, k):
     """Count, mean and variance (float64, Chan's pairwise update), checks, first batch."""
     count, mean, m2, first, distinct = 0, None, None, None, None
     for batch in source:
-        values = np.asarray(batch, np.float64)
-        n_b = values.shape[0]
-        mean_b = values.mean(axis=0)
-        m2_b = ((values - mean_b) ** 2).sum(axis=0)
-        if first is None:
-            first, mean, m2 = batch, mean_b, m2_b
-        else:
-            delta = mean_b - mean
-            total = count + n_b
-            mean = mean + delta * (n_b / total)
-            m2 = m2 + m2_b + delta * delta * (count * n_b / total)
-        count += n_b
+        first = batch if first is None else first
+        count, mean, m2 = merge_moments(count, mean, m2, batch)
         if distinct is None or distinct.shape[0] < k:  # at least k distinct rows?
             rows = batch if distinct is None else np.concatenate([distinct, batch])
             distinct = _distinct_rows(np.asarray(rows), k)

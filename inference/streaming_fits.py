@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
-from inference.streaming import BatchSource, _Pass, batches, is_stream
+from inference.streaming import BatchSource, _Pass, batches, is_stream, merge_moments
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_positive, check_positive_int
 
@@ -87,19 +87,10 @@ def _column_pass(data):
     """Rows, float64 column means and variances (Chan's update), sum ||x||^2, first batch."""
     count, mean, m2, squares, first = 0, None, None, 0.0, None
     for batch in data:
+        first = batch if first is None else first
         values = np.asarray(batch, np.float64)
-        n_b = values.shape[0]
-        mean_b = values.mean(axis=0)
-        m2_b = ((values - mean_b) ** 2).sum(axis=0)
         squares += float(np.sum(values * values))
-        if first is None:
-            first, mean, m2 = batch, mean_b, m2_b
-        else:
-            delta = mean_b - mean
-            total = count + n_b
-            mean = mean + delta * (n_b / total)
-            m2 = m2 + m2_b + delta * delta * (count * n_b / total)
-        count += n_b
+        count, mean, m2 = merge_moments(count, mean, m2, values)
     return count, mean, m2 / count, squares, first
 
 
@@ -745,8 +736,8 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     dtype = _dtype_of(first)
     dim = first.shape[1]
     col_mean = obs_sum / obs_count
-    temperatures, num_iterations = _schedule(temperature_schedule, num_iterations,
-                                             initial_temperature, num)
+    temperatures, num_iterations = mcvq_fit.schedule(temperature_schedule, num_iterations,
+                                                     initial_temperature, num)
     a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, dtype)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
 
@@ -847,24 +838,4 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         temperature_trace=temps[:it], num_iterations=it, converged=bool(done[best]),
         variance_floor=floor, restart_free_energies=finals, best_restart=best,
         restart_converged=jnp.asarray(done))
-
-
-def _schedule(temperature_schedule, num_iterations, initial_temperature, num):
-    """The temperatures of ``fit_mcvq`` (same defaults and checks); (array, count)."""
-    from inference.mcvq import linear_schedule
-
-    if temperature_schedule is None:
-        num_iterations = check_positive_int(num_iterations, "num_iterations")
-        start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
-        temperatures = np.asarray(linear_schedule(num_iterations, start), dtype=float)
-    else:
-        temperatures = np.asarray(temperature_schedule, dtype=float)
-        if temperatures.ndim == 0:
-            num_iterations = check_positive_int(num_iterations, "num_iterations")
-            temperatures = np.full(num_iterations, float(temperatures))
-        if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
-                np.isfinite(temperatures) & (temperatures > 0)):
-            raise ValueError("temperature_schedule must be a positive number or a 1-D array "
-                             f"of positive temperatures; got {temperature_schedule!r}")
-    return temperatures, int(temperatures.shape[0])
 

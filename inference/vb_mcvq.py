@@ -644,14 +644,9 @@ def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations
     """
     from inference import checkpoint
 
-    path, every, resume = checkpoint.check_checkpoint_options(checkpoint_path,
-                                                              checkpoint_every, resume_from)
-    saved = {}
-    if path is not None or resume is not None:
-        saved = dict(options, x_shape=x.shape, dtype=str(x.dtype),
-                     temperature_schedule_sha256=checkpoint.data_digest(padded[:num_iterations]),
-                     prior_sha256=checkpoint.data_digest(*prior),
-                     data_sha256=checkpoint.data_digest(x, mask))
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options, data=(x, mask),
+        temperature_schedule=padded[:num_iterations], prior=tuple(prior))
     kind = "fit_vb_mcvq"
     tree = None
     if resume is not None:
