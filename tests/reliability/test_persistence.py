@@ -90,6 +90,8 @@ def test_every_result_class_has_save():
         assert callable(getattr(cls, "save", None)), f"{class_name} has no save method"
 
 
+@pytest.mark.slow  # ~30 s of compilations; tests/reliability/test_determinism.py round-trips
+# associate, fit_gvq, fit_mixture and fit_online in the default run
 @pytest.mark.parametrize("name", ["associate", "fit_gvq", "fit_mixture", "fit_online",
                                   "select_num_components", "fit_mcvq", "fit_vb_mcvq",
                                   "fit_clipped_gaussian"])
@@ -105,8 +107,16 @@ def test_round_trip_is_bit_identical(results, name, tmp_path):
     assert metadata["kind"] == f"result:{type(result).__module__}.{type(result).__qualname__}"
 
 
-def test_file_is_plain_npz_without_pickle(results, tmp_path):
-    path = results["fit_mixture"].save(tmp_path / "fit.npz")
+@pytest.fixture(scope="module")
+def mixture_result():
+    """One small mixture fit (the damaged-file tests' subject)."""
+    data = mixture_model.generate(jax.random.key(2), num_examples=120, num_components=3,
+                                  dim=2)
+    return inference.fit_mixture(data.x, 3, rng_key=jax.random.key(3))
+
+
+def test_file_is_plain_npz_without_pickle(mixture_result, tmp_path):
+    path = mixture_result.save(tmp_path / "fit.npz")
     with np.load(path, allow_pickle=False) as archive:  # NumPy reads it, pickle refused
         arrays = [archive[name] for name in archive.files if name != "metadata.json"]
     assert arrays and all(a.dtype != object for a in arrays)
@@ -146,8 +156,8 @@ def _rewrite(path, edit):
 
 
 @pytest.fixture
-def saved(results, tmp_path):
-    return results["fit_mixture"].save(tmp_path / "fit.npz")
+def saved(mixture_result, tmp_path):
+    return mixture_result.save(tmp_path / "fit.npz")
 
 
 def test_truncated_file_is_refused(saved):
@@ -285,7 +295,7 @@ def test_interrupted_write_leaves_earlier_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]  # no temporary left behind
 
 
-def test_fuzzed_files_end_in_persistence_error(results, saved, tmp_path):
+def test_fuzzed_files_end_in_persistence_error(mixture_result, saved, tmp_path):
     """Random bytes, and a valid file with random bytes changed, cut or appended: every
     load ends in PersistenceError, never in another exception from deep inside."""
     rng = np.random.default_rng(0)
@@ -312,7 +322,7 @@ def test_fuzzed_files_end_in_persistence_error(results, saved, tmp_path):
         # Bytes appended after the zip's end, or changed in unused zip fields, may leave
         # every member intact; then the result must load exactly.
         assert kind in (1, 3), f"trial {trial} loaded a damaged file"
-        _same(results["fit_mixture"], again)
+        _same(mixture_result, again)
 
 
 def _trees():
