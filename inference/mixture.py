@@ -858,9 +858,6 @@ def _run(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, 
     return _finish_single(carry, x, features, mode=mode, covariance=covariance)
 
 
-# The jitted loop's compilations (read by benchmarks/mixture.py to warm up).
-_run._cache_size = _advance_single._cache_size
-
 
 def _checkpoint_settings(checkpoint_path, checkpoint_every, resume_from, *, mesh, devices, x,
                          state, rng_key, options):
