@@ -3,12 +3,42 @@
 import contextlib
 import importlib.util
 import io
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
 import pytest
 
 from ppl_models import gvq
+
+
+def pytest_configure(config):
+    """Keep every compiled program of this run in a compilation cache on disk.
+
+    ``_release_compiled_programs`` below drops the in-memory programs after every module,
+    so a program that several modules run (the same fit at the same shapes) was compiled
+    once per module; XLA compilation is most of the default run's time on CPU. With the
+    cache a later module loads the executable from disk instead. The folder is new for
+    each run and removed at its end, so nothing carries over between runs and a cold
+    run is what is measured; set ``JAX_COMPILATION_CACHE_DIR`` to use (and keep) a
+    folder of your own instead.
+    """
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
+        return
+    folder = tempfile.mkdtemp(prefix="ppl-zoo-jax-cache-")
+    config._ppl_zoo_jax_cache = folder
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_ppl_zoo_jax_cache", None)
+    if folder is not None:
+        jax.config.update("jax_compilation_cache_dir", None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

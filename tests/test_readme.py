@@ -11,7 +11,11 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 def test_first_code_block_is_the_two_setup_commands():
     first = re.search(r"```[a-z]*\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert first == ['pip install -e ".[examples]" && ppl-zoo compare gvq',
-                     'pip install -e ".[test]" && pytest']
+                     'pip install -e ".[test]" && pytest -n auto --dist loadfile']
+    # CI runs exactly the README's test command, on its own line.
+    command = first[1].split(" && ", 1)[1]
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text().splitlines()
+    assert command in ci
 
 
 @pytest.mark.slow
