@@ -35,6 +35,7 @@ from inference.sharding import (
 )
 from ppl_models import gvq
 from ppl_models.validation import (
+    MissingKeyError,
     check_data,
     check_features,
     check_positive,
@@ -310,7 +311,7 @@ def associate(
     if spec.validate is not None:
         spec.validate(features, options)
     if spec.randomized and rng_key is None:
-        raise ValueError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
     if rng_key is not None:
         check_rng_key(rng_key)
     if noise is not None:

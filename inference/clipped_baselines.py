@@ -51,7 +51,13 @@ from inference.clipped_gaussian import model_moments
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int, check_rng_key
+from ppl_models.validation import (
+    MissingKeyError,
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["fit_clipped_svi", "fit_clipped_mcmc", "ClippedSVIResult", "ClippedMCMCResult",
            "MAX_MCMC_DIMENSION", "R_HAT_THRESHOLD"]
@@ -68,7 +74,7 @@ _FINAL_FRACTION = 0.01
 
 def _check_common(s, num_hidden, rng_key, noise, bias, caller):
     if rng_key is None:
-        raise ValueError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     spins = clipped_gaussian.to_spins(s, "s")
     num_units = spins.shape[1]

@@ -59,6 +59,7 @@ from inference.sharding import (
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_data,
     check_finite,
     check_positive,
@@ -516,7 +517,7 @@ def _check_constraints(features, x, *, num_sets=None, sparsity=None, binary=Fals
             f"method 'exact' searches 2^{units} states per example; the limit is "
             f"{MAX_EXACT_FEATURES} units ({'per set' if num_sets else 'num_features'})")
     if METHODS[method].randomized and rng_key is None:
-        raise ValueError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
     if features is not None and METHODS[method].validate is not None and units > 0:
         sub = features if num_sets is None else features.reshape(
             num_sets, units + 1, -1)[0, :-1]
@@ -671,7 +672,7 @@ def fit_gvq(
         raise ValueError(f"batch_size applies to a stream of batches; x is one array (got "
                          f"batch_size={options['batch_size']!r})")
     if rng_key is None:
-        raise ValueError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     mesh = resolve_mesh(devices, mesh)
     if mesh is not None and (binary or progress_bar):

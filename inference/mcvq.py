@@ -90,6 +90,7 @@ from inference.sharding import (
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_data,
     check_positive,
     check_positive_int,
@@ -810,7 +811,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     restart_batch_size = min(check_positive_int(restart_batch_size, "restart_batch_size"),
                              num_restarts)
     if rng_key is None:
-        raise ValueError("fit_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     mesh = resolve_mesh(devices, mesh)
     x, mask = _check_observed(x, mask, "x")

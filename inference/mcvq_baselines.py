@@ -77,7 +77,7 @@ from inference import mcvq as mcvq_fit
 from inference._progress import progress
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int, check_rng_key
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
 
 __all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "exact_log_likelihood", "fit_variational",
            "score_mcvq", "check_enumerable", "enumerated_loss", "MCVQSVIResult", "MCVQScore",
@@ -470,7 +470,7 @@ def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
 def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
                     variance_floor, tol, caller):
     if rng_key is None:
-        raise ValueError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")

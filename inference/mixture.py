@@ -90,6 +90,7 @@ from inference.sharding import (
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_bool,
     check_choice,
     check_data,
@@ -1276,7 +1277,7 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     # After the override: k-means fits spherical clusters, so d + 1 points are not needed.
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
     if init_means is None and rng_key is None:
-        raise ValueError("rng_key is required unless init_means is given")
+        raise MissingKeyError("rng_key is required unless init_means is given")
     state, weight_offset = _initial_state(x, k, spread, covariance, init, rng_key, init_means,
                                           init_weights, init_covariances, weight_rule)
     options = dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune)

@@ -58,7 +58,13 @@ from inference._progress import progress, tick
 from inference.mixture import _kmeans_plus_plus, component_log_joint, criteria
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive, check_positive_int, check_rng_key
+from ppl_models.validation import (
+    MissingKeyError,
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
 __all__ = ["fit_mixture_svi", "fit_mixture_mcmc", "mixture_loo", "align_draws",
            "posterior_predictive_log_likelihood", "pointwise_log_likelihood",
@@ -119,7 +125,7 @@ def _model_kwargs(covariance, num_components, prior_scale):
 
 def _check_common(x, num_components, covariance, rng_key, prior_scale, caller):
     if rng_key is None:
-        raise ValueError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     if covariance not in mixture.COVARIANCES:
         raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")

@@ -111,6 +111,7 @@ from inference.mixture import _kmeans_plus_plus, _project, component_log_joint
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_choice,
     check_data,
     check_positive,
@@ -629,7 +630,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     trace_every = num if trace_every is None else check_positive_int(trace_every, "trace_every")
     trace_every = min(trace_every, total)
     if rng_key is None:
-        raise ValueError("rng_key is required (it shuffles the stream)")
+        raise MissingKeyError("rng_key is required (it shuffles the stream)")
     check_rng_key(rng_key)
     key_init, key_order = jax.random.split(rng_key)
     if init_means is not None:

@@ -44,7 +44,7 @@ import numpy as np
 from inference.mixture import fit_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive_int, check_rng_key
+from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
 
 __all__ = ["SelectionResult", "CRITERIA", "num_parameters", "compare_criteria",
            "select_num_components"]
@@ -170,7 +170,7 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     candidates = _check_candidates(candidates)
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     if rng_key is None:
-        raise ValueError("rng_key is required (a jax.random key)")
+        raise MissingKeyError("rng_key is required (a jax.random key)")
     check_rng_key(rng_key)
     if "prune" in fit_kwargs:
         raise TypeError("compare_criteria fits every candidate without pruning; do not pass "

@@ -73,7 +73,7 @@ from inference.vb_mcvq import check_covered
 from inference.vb_mixture import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_data, check_positive_int, check_rng_key
+from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
 
 __all__ = ["CRITERIA", "MODELS", "PrunedModel", "ModelSelectionResult", "model_selection"]
 
@@ -380,7 +380,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}; got {model!r}")
     if rng_key is None:
-        raise TypeError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     criteria = _check_criteria(criteria)
     if model == "mixture":

@@ -59,6 +59,7 @@ from inference.gvq import GVQResult, restart_features
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_choice,
     check_data,
     check_features,
@@ -641,7 +642,7 @@ def fit_gvq_mcmc(
     distributions", Handbook of Statistics 25 (2005), sec. 4.1.
     """
     if rng_key is None:
-        raise ValueError("fit_gvq_mcmc needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_gvq_mcmc needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     x = check_data(x, "x")
     num_features = check_positive_int(

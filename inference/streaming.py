@@ -74,7 +74,7 @@ from inference.mixture import (
 )
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int, check_rng_key
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
 
 __all__ = ["BatchSource", "batches", "is_stream", "fit_mixture_stream", "OnlineStreamResult",
            "fit_online_stream"]
@@ -506,7 +506,7 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
             "re-iterable source (an array, np.memmap or list of arrays) or a callable that "
             "returns a fresh iterator, or use fit_online_stream for one pass")
     if init_means is None and rng_key is None:
-        raise ValueError("rng_key is required unless init_means is given")
+        raise MissingKeyError("rng_key is required unless init_means is given")
     if rng_key is not None:
         check_rng_key(rng_key)
 
@@ -785,7 +785,7 @@ prior_count, min_share, reg_covar, min_weight
     if prior_count is not None:
         check_positive(prior_count, "prior_count")
     if state is None and init_means is None and rng_key is None:
-        raise ValueError("rng_key is required unless init_means or state is given")
+        raise MissingKeyError("rng_key is required unless init_means or state is given")
     if rng_key is not None:
         check_rng_key(rng_key)
     options = (("covariance", covariance), ("criterion", criterion), ("delearning", delearning),

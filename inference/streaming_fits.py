@@ -58,7 +58,7 @@ from jax.scipy.special import xlogy
 
 from inference.streaming import BatchSource, _Pass, batches, is_stream, merge_moments
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
-from ppl_models.validation import check_positive, check_positive_int
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
 __all__ = ["fit_gvq_stream", "fit_clipped_gaussian_stream", "fit_mcvq_stream", "is_stream",
            "is_masked_stream"]
@@ -217,7 +217,7 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
     from ppl_models import gvq
 
     if rng_key is None:
-        raise ValueError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     if binary or (model_kwargs or {}).get("binary", False):
         raise ValueError("binary=True does not stream: its M-step is L-BFGS on the energy of "
                          "the whole data set (sec. 5.3), not a solve from sums over batches; "
@@ -704,7 +704,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     num_states = check_positive_int(num_states, "num_states")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     if rng_key is None:
-        raise ValueError("fit_mcvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_mcvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
     data = _MaskedSource(source, mask, batch_size)

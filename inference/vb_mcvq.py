@@ -122,6 +122,7 @@ from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
 from ppl_models.validation import (
+    MissingKeyError,
     check_fraction,
     check_positive_int,
     check_rng_key,
@@ -812,7 +813,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     max_vqs = check_positive_int(max_vqs, "max_vqs")
     max_states = check_positive_int(max_states, "max_states")
     if rng_key is None:
-        raise TypeError("fit_vb_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("fit_vb_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")

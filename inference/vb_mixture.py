@@ -85,6 +85,7 @@ from jax.scipy.special import digamma, multigammaln
 from inference.mixture import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
+    MissingKeyError,
     check_data,
     check_fraction,
     check_positive_int,
@@ -571,7 +572,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         max_components, "max_components", maximum=num_examples,
         why=" (the number of examples, rows of x)")
     if rng_key is None:
-        raise TypeError("rng_key must be a jax.random key; got None")
+        raise MissingKeyError("rng_key must be a jax.random key; got None")
     check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")

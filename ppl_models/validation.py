@@ -2,7 +2,10 @@
 
 Every public function validates its input and raises ``ValueError`` or
 ``TypeError`` naming the argument, what was expected and what was given.
-Checks run only on concrete arrays: inside ``jit`` they are skipped.
+A randomised function called without its ``rng_key`` raises
+:class:`MissingKeyError`, which is both (so ``except ValueError`` and
+``except TypeError`` catch it alike). Checks run only on concrete arrays:
+inside ``jit`` they are skipped.
 """
 
 from __future__ import annotations
@@ -11,9 +14,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_data", "check_positive_int", "check_positive", "check_finite",
+__all__ = ["MissingKeyError", "check_data", "check_positive_int", "check_positive", "check_finite",
            "check_probability", "check_features", "check_fraction", "check_tolerance",
            "check_choice", "check_rng_key", "check_bool", "check_nonnegative", "is_traced"]
+
+
+class MissingKeyError(ValueError, TypeError):
+    """A randomised function was called without its ``rng_key`` (None).
+
+    Derives from both ``ValueError`` and ``TypeError``: a missing key is a missing
+    argument (TypeError, as Python raises for one) of a value the call cannot do
+    without (ValueError), and callers written against either keep working.
+    """
 
 
 def is_traced(value) -> bool:
@@ -150,7 +162,9 @@ def check_rng_key(value, name: str = "rng_key"):
     if is_traced(value):
         return value
     expected = "a single jax.random key (e.g. jax.random.key(0))"
-    if value is None or isinstance(value, bool | int | float | str):
+    if value is None:
+        raise MissingKeyError(f"{name} must be {expected}; got None")
+    if isinstance(value, bool | int | float | str):
         raise TypeError(f"{name} must be {expected}; got {value!r}")
     dtype = getattr(value, "dtype", None)
     shape = getattr(value, "shape", None)

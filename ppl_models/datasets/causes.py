@@ -67,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_models.datasets import shapes
-from ppl_models.validation import check_positive_int
+from ppl_models.validation import MissingKeyError, check_positive_int
 
 __all__ = ["LIBRARY", "SHAPE_ROWS", "SHARED", "COMBINE", "CausesData", "Ownership", "templates",
            "max_overlap", "column_starts", "image_size", "render", "generate", "ownership",
@@ -365,7 +365,7 @@ def generate(rng_key, num_examples: int, *, num_causes: int = 3, num_positions: 
     ((50, 77), 14)
     """
     if rng_key is None:
-        raise TypeError("generate needs an explicit rng_key (e.g. jax.random.key(0))")
+        raise MissingKeyError("generate needs an explicit rng_key (e.g. jax.random.key(0))")
     num_examples = check_positive_int(num_examples, "num_examples")
     num_causes = _check_num_causes(num_causes)
     num_positions = check_positive_int(num_positions, "num_positions")

@@ -42,7 +42,7 @@ from inference.streaming import fit_mixture_stream, fit_online_stream
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture
 from ppl_models import vb_mixture as vb_program
 from ppl_models.datasets import causes, ratings, shapes, text
-from ppl_models.validation import check_choice, check_rng_key
+from ppl_models.validation import MissingKeyError, check_choice, check_rng_key
 
 KEY = jax.random.key(0)
 RAW_KEY = jax.random.PRNGKey(0)  # the legacy uint32 form is accepted too
@@ -112,7 +112,7 @@ rows("associate", _associate, BAD_X + [
      r"^features.shape\[0\] \(num_features\) must be at most"),
     ("method", dict(method="nope"), ValueError, r"^method must be one of .*got 'nope'"),
     ("method", dict(method=3), ValueError, r"^method must be one of .*got 3"),
-    ("rng_key", dict(method="gibbs"), ValueError, r"randomised: pass rng_key"),
+    ("rng_key", dict(method="gibbs"), MissingKeyError, r"randomised: pass rng_key"),
     ("rng_key", dict(method="gibbs", rng_key=0), TypeError, r"^rng_key must be a single"),
     ("rng_key", dict(method="br", rng_key=BATCH_OF_KEYS), TypeError, r"^rng_key .*batch"),
     ("noise", dict(noise=0.0), ValueError, r"^noise must be positive and finite; got 0.0"),
@@ -139,7 +139,7 @@ rows("fit_gvq", lambda x=X, num_features=2, **kw: fit_gvq(x, num_features, **{**
     ("num_iterations", dict(num_iterations=0), ValueError, r"^num_iterations must be at least 1"),
     ("num_restarts", dict(num_restarts=-2), ValueError, r"^num_restarts must be at least 1"),
     ("method", dict(method="nope"), ValueError, r"^method must be one of"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
     ("noise", dict(noise=-1.0), ValueError, r"^noise must be positive"),
     ("tol", dict(tol=-1.0), ValueError, r"^tol must be a non-negative number; got -1.0"),
     ("tol", dict(tol=np.nan), ValueError, r"^tol must be a non-negative number; got nan"),
@@ -193,7 +193,7 @@ rows("fit_mixture", lambda x=X, k=2, **kw: fit_mixture(x, k, **{**_MIX, **kw}), 
      r"^variance_threshold must be"),
     ("min_count", dict(min_count=-3), ValueError, r"^min_count must be"),
     ("prune", dict(prune="yes"), TypeError, r"^prune must be True or False"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key is required"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key is required"),
     ("init_means", dict(init_means=np.ones((3, 3))), ValueError,
      r"^init_means must be finite with shape \(2, 3\)"),
     ("init_weights", dict(init_weights=np.array([1.0, -1.0])), ValueError,
@@ -221,7 +221,7 @@ rows("fit_online", lambda x=X, k=2, **kw: fit_online(x, k, **{**_ONLINE, **kw}),
     ("learning_rate", dict(learning_rate=2.0), ValueError, r"^learning_rate must lie in"),
     ("learning_rate", dict(learning_rate="fast"), TypeError, r"^learning_rate must be a number"),
     ("delearning_rate", dict(delearning_rate=-0.1), ValueError, r"^delearning_rate must lie in"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key is required"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key is required"),
     ("init_means", dict(init_means=np.ones((2, 4))), ValueError, r"^init_means must be finite"),
     ("trace_every", dict(trace_every=0), ValueError, r"^trace_every must be at least 1"),
 ])
@@ -239,7 +239,7 @@ rows("fit_vb_mixture", lambda x=X, k=2, **kw: fit_vb_mixture(x, k, **{**_VB, **k
     ("prune_threshold", dict(prune_threshold=1.0), ValueError,
      r"^prune_threshold must lie strictly between 0 and 1"),
     ("tol", dict(tol=0.0), ValueError, r"^tol must be positive and finite"),
-    ("rng_key", dict(rng_key=None), TypeError, r"^rng_key must be a"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"^rng_key must be a"),
     ("max_iterations", dict(max_iterations=0), ValueError, r"^max_iterations must be at least 1"),
 ])
 _SVI_MIX = dict(rng_key=KEY, num_steps=1)
@@ -274,7 +274,7 @@ rows("compare_criteria", lambda x=X, c=(1, 2), **kw: compare_criteria(
     x, c, **{"rng_key": KEY, "num_restarts": 1, **kw}), [
     ("criteria", dict(criteria=("J", "dic")), ValueError, r"^criteria must .*'dic'"),
     ("criteria", dict(criteria="J"), TypeError, r"^criteria must"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
 ])
 
 # --- MCVQ -------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ rows("fit_mcvq", lambda x=MCVQ_X, k=2, j=2, **kw: fit_mcvq(x, k, j, **{**_MCVQ, 
      BAD_MCVQ_X + BAD_KEY + [
     ("num_vqs", dict(k=0), ValueError, r"^num_vqs must be at least 1"),
     ("num_states", dict(j=1.5), TypeError, r"^num_states must be an integer"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
     ("mask", dict(mask=np.ones((6, 3), bool)), ValueError, r"^mask must have the shape of x"),
     ("mask", dict(mask=np.full((6, 4), 0.5)), TypeError, r"^mask must be a bool array"),
     ("mask", dict(mask=np.zeros((6, 4), bool)), ValueError, r"^mask leaves example"),
@@ -309,7 +309,7 @@ rows("fit_vb_mcvq", lambda x=MCVQ_X, k=2, j=2, **kw: fit_vb_mcvq(
     ("prune_threshold", dict(prune_threshold=0.0), ValueError,
      r"^prune_threshold must lie strictly between 0 and 1"),
     ("tol", dict(tol=0.0), ValueError, r"^tol must be positive"),
-    ("rng_key", dict(rng_key=None), TypeError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
 ])
 rows("fit_mcvq_svi", lambda x=MCVQ_X, k=2, j=2, **kw: fit_mcvq_svi(
     x, k, j, **{"rng_key": KEY, "num_steps": 1, **kw}), BAD_MCVQ_X[:2] + BAD_KEY[:1] + [
@@ -321,7 +321,7 @@ rows("fit_mcvq_svi", lambda x=MCVQ_X, k=2, j=2, **kw: fit_mcvq_svi(
 rows("model_selection", lambda x=MCVQ_X, c=((1, 2),), **kw: model_selection(
     x, c, **{"rng_key": KEY, "criteria": ("train",), "num_restarts": 1, **kw}), [
     ("model", dict(model="hmm"), ValueError, r"^model must be one of .*'hmm'"),
-    ("rng_key", dict(rng_key=None), TypeError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
     ("rng_key", dict(rng_key=0), TypeError, r"^rng_key must be a single"),
     ("criteria", dict(criteria=("nope",)), ValueError, r"^criteria must"),
     ("candidates", dict(c=((0, 2),)), ValueError, r"^candidates"),
@@ -355,7 +355,7 @@ rows("fit_clipped_svi", lambda s=SPINS, p=1, **kw: fit_clipped_svi(
     ("num_hidden", dict(p=0), ValueError, r"^num_hidden must be at least 1"),
     ("noise", dict(noise=0.0), ValueError, r"^noise must be positive"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
-    ("rng_key", dict(rng_key=None), ValueError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
 ])
 rows("fit_clipped_mcmc", lambda s=SPINS, p=1, **kw: fit_clipped_mcmc(
     s, p, **{"rng_key": KEY, "num_warmup": 1, "num_samples": 4, **kw}), BAD_KEY[:1] + [
@@ -404,7 +404,7 @@ rows("gvq.generate_planted", lambda n=10, k=2, d=3, **kw: gvq.generate_planted(
     ("num_features", dict(k=-1), ValueError, r"^num_features must be at least 1"),
     ("noise_scale", dict(noise_scale=-1.0), ValueError, r"^noise_scale must be positive"),
     ("prior_probs", dict(prior_probs=2.0), ValueError, r"^prior_probs must be in \[0, 1\]"),
-    ("rng_key", dict(rng_key=None), TypeError, r"^rng_key must be a single"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"^rng_key must be a single"),
 ])
 rows("mixture.generate", lambda n=10, k=2, **kw: mixture.generate(kw.pop("rng_key", KEY), n, k,
                                                                   **kw), [
@@ -418,7 +418,7 @@ rows("mcvq.generate", lambda n=10, **kw: mcvq.generate(kw.pop("rng_key", KEY), n
     ("dim", dict(dim=2), ValueError, r"^dim must be at least num_vqs=3"),
     ("missing_fraction", dict(missing_fraction=1.0), ValueError,
      r"^missing_fraction must be below 1"),
-    ("rng_key", dict(rng_key=None), TypeError, r"^rng_key must be a single"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"^rng_key must be a single"),
 ])
 rows("clipped_gaussian.generate", lambda n=10, **kw: clipped_gaussian.generate(
     kw.pop("rng_key", KEY), n, **kw), [
@@ -428,12 +428,12 @@ rows("clipped_gaussian.generate", lambda n=10, **kw: clipped_gaussian.generate(
 ])
 rows("causes.generate", lambda n=10, **kw: causes.generate(kw.pop("rng_key", KEY), n, **kw), [
     ("num_examples", dict(n=0), ValueError, r"num_examples"),
-    ("rng_key", dict(rng_key=None), TypeError, r"rng_key"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
     ("combine", dict(combine="xor"), ValueError, r"^combine must be one of"),
 ])
 rows("shapes.generate", lambda n=10, **kw: shapes.generate(kw.pop("rng_key", KEY), n, **kw), [
     ("num_train", dict(n=0), ValueError, r"^num_train must be at least 1"),
-    ("rng_key", dict(rng_key=None), TypeError, r"^rng_key must be a single"),
+    ("rng_key", dict(rng_key=None), MissingKeyError, r"^rng_key must be a single"),
 ])
 rows("text.bag_of_words", lambda docs=("a b c",) * 6, **kw: text.bag_of_words(docs, **kw), [
     ("documents", dict(docs=()), ValueError, r"^documents"),
@@ -483,5 +483,21 @@ def test_check_choice_and_check_rng_key():
         check_choice(1, "mode", ("a", "b"))
     assert check_rng_key(KEY) is KEY and check_rng_key(RAW_KEY) is RAW_KEY
     for value in (None, 1, 1.5, "key", np.zeros(3, np.uint32), BATCH_OF_KEYS):
-        with pytest.raises(TypeError, match=r"^seed must be a single jax.random key"):
+        with pytest.raises(TypeError, match=r"^seed must be a single jax.random key") as info:
             check_rng_key(value, "seed")
+        # Only a missing key (None) is a MissingKeyError; a wrong one is a plain TypeError.
+        assert isinstance(info.value, MissingKeyError) == (value is None)
+
+
+def test_a_missing_key_is_one_error_for_every_entry_point():
+    """Every rng_key=None row of the table raises MissingKeyError, which callers catch
+    as ValueError or as TypeError alike."""
+    missing = [case for case in CASES if case.argument == "rng_key"
+               and case.error is MissingKeyError]
+    assert len(missing) >= 14
+    assert issubclass(MissingKeyError, ValueError) and issubclass(MissingKeyError, TypeError)
+    for case in missing:
+        for caught in (ValueError, TypeError):
+            with pytest.raises(caught) as info:
+                case.call()
+            assert type(info.value) is MissingKeyError, _id(case)
