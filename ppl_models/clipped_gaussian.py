@@ -41,7 +41,7 @@ from numpyro import handlers
 
 from ppl_models.distributions import ClippedNormal
 from ppl_models.registry import ModelInfo, register
-from ppl_models.validation import check_positive_int, is_traced
+from ppl_models.validation import check_positive_int, check_rng_key, is_traced
 
 __all__ = ["model", "generate", "ClippedData", "INFO", "DEFAULT_NOISE", "ring_bumps",
            "sum_constraint_patterns", "to_spins"]
@@ -117,7 +117,7 @@ def generate(rng_key, num_examples: int = 200, num_visible: int = 16, num_hidden
     ``noise > 0`` samples the finite-noise program instead.
     """
     num_examples = check_positive_int(num_examples, "num_examples")
-    key_w, key_b, key_run = jax.random.split(rng_key, 3)
+    key_w, key_b, key_run = jax.random.split(check_rng_key(rng_key), 3)
     if weights is None:
         num_visible = check_positive_int(num_visible, "num_visible")
         num_hidden = check_positive_int(num_hidden, "num_hidden")

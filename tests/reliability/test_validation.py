@@ -96,6 +96,8 @@ BAD_KEY = [
     ("rng_key", dict(rng_key=np.zeros(2, np.float32)), TypeError,
      r"^rng_key must be a single jax.random key.*float32"),
 ]
+#: rng_key=None: one error class for every randomised entry point (MissingKeyError).
+MISSING_KEY = ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key")
 
 
 # --- association ------------------------------------------------------------------------
@@ -124,6 +126,7 @@ rows("map_associate", lambda features=FEATURES, x=X, **kw: map_associate(feature
                    r"^features must have at least 1")])
 rows("gibbs_associate", lambda features=FEATURES, x=X, **kw: gibbs_associate(
     features, x, **{"rng_key": KEY, "num_warmup": 1, "num_samples": 1, **kw}), BAD_X[:2] + [
+    MISSING_KEY,
     ("rng_key", dict(rng_key=0), TypeError, r"^rng_key must be a single"),
     ("sigma", dict(sigma=0.0), ValueError, r"^sigma must be positive"),
     ("num_samples", dict(num_samples=0), ValueError, r"^num_samples must be at least 1"),
@@ -153,6 +156,7 @@ rows("fit_gvq", lambda x=X, num_features=2, **kw: fit_gvq(x, num_features, **{**
 ])
 _SVI = dict(rng_key=KEY, num_steps=1, num_restarts=1)
 rows("fit_gvq_svi", lambda x=X, n=2, **kw: fit_gvq_svi(x, n, **{**_SVI, **kw}), BAD_X + BAD_KEY + [
+    MISSING_KEY,
     ("num_features", dict(n=0), ValueError, r"^num_features must be at least 1"),
     ("sigma", dict(sigma=0.0), ValueError, r"^sigma must be positive"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
@@ -161,6 +165,7 @@ rows("fit_gvq_svi", lambda x=X, n=2, **kw: fit_gvq_svi(x, n, **{**_SVI, **kw}), 
 ])
 _MCMC = dict(rng_key=KEY, num_warmup=1, num_samples=4)
 rows("fit_gvq_mcmc", lambda x=X, n=2, **kw: fit_gvq_mcmc(x, n, **{**_MCMC, **kw}), BAD_X[:3] + [
+    MISSING_KEY,
     ("rng_key", dict(rng_key=0), TypeError, r"^rng_key must be a single"),
     ("num_samples", dict(num_samples=0), ValueError, r"^num_samples must be at least 1"),
     ("num_chains", dict(num_chains=0), ValueError, r"^num_chains must be at least 1"),
@@ -204,6 +209,7 @@ rows("fit_mixture", lambda x=X, k=2, **kw: fit_mixture(x, k, **{**_MIX, **kw}), 
 ])
 rows("fit_mixture_stream", lambda x=(X[:3], X[3:]), k=2, **kw: fit_mixture_stream(
     x, k, **{**_MIX, **kw}), BAD_KEY[:1] + [
+    MISSING_KEY,
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("mode", dict(mode="soft"), ValueError, r"^mode must be one of"),
     ("max_iterations", dict(max_iterations=0), ValueError, r"^max_iterations must be at least 1"),
@@ -227,6 +233,7 @@ rows("fit_online", lambda x=X, k=2, **kw: fit_online(x, k, **{**_ONLINE, **kw}),
 ])
 rows("fit_online_stream", lambda x=(X[:3], X[3:]), k=2, **kw: fit_online_stream(
     x, k, **{**_ONLINE, **kw}), BAD_KEY[:1] + [
+    MISSING_KEY,
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("method", dict(method="kmeans"), ValueError, r"^method must be one of"),
 ])
@@ -245,6 +252,7 @@ rows("fit_vb_mixture", lambda x=X, k=2, **kw: fit_vb_mixture(x, k, **{**_VB, **k
 _SVI_MIX = dict(rng_key=KEY, num_steps=1)
 rows("fit_mixture_svi", lambda x=X, k=2, **kw: fit_mixture_svi(x, k, **{**_SVI_MIX, **kw}),
      BAD_X[:3] + BAD_KEY[:2] + [
+    MISSING_KEY,
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("covariance", dict(covariance="tied"), ValueError, r"^covariance must be one of"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
@@ -254,6 +262,7 @@ rows("fit_mixture_svi", lambda x=X, k=2, **kw: fit_mixture_svi(x, k, **{**_SVI_M
 ])
 rows("fit_mixture_mcmc", lambda x=X, k=2, **kw: fit_mixture_mcmc(
     x, k, **{"rng_key": KEY, "num_warmup": 1, "num_samples": 4, **kw}), BAD_X[:3] + BAD_KEY[:1] + [
+    MISSING_KEY,
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("num_samples", dict(num_samples=0), ValueError, r"^num_samples must be at least 1"),
     ("num_chains", dict(num_chains=0), ValueError, r"^num_chains must be at least 1"),
@@ -262,6 +271,7 @@ rows("fit_mixture_mcmc", lambda x=X, k=2, **kw: fit_mixture_mcmc(
 ])
 rows("select_num_components", lambda x=X, c=(1, 2), **kw: select_num_components(
     x, c, **{"rng_key": KEY, "num_restarts": 1, **kw}), BAD_X[:2] + BAD_KEY[:1] + [
+    MISSING_KEY,
     ("criterion", dict(criterion="dic"), ValueError, r"^criterion must be one of .*'dic'"),
     ("covariance", dict(covariance="tied"), ValueError, r"^covariance must be one of"),
     ("candidates", dict(c=()), ValueError, r"^candidates must"),
@@ -359,6 +369,7 @@ rows("fit_clipped_svi", lambda s=SPINS, p=1, **kw: fit_clipped_svi(
 ])
 rows("fit_clipped_mcmc", lambda s=SPINS, p=1, **kw: fit_clipped_mcmc(
     s, p, **{"rng_key": KEY, "num_warmup": 1, "num_samples": 4, **kw}), BAD_KEY[:1] + [
+    MISSING_KEY,
     ("s", dict(s=SPINS[0]), ValueError, r"^s must be 2-D"),
     ("noise", dict(noise=-1.0), ValueError, r"^noise must be positive"),
     ("num_samples", dict(num_samples=0), ValueError, r"^num_samples must be at least 1"),
@@ -412,6 +423,7 @@ rows("mixture.generate", lambda n=10, k=2, **kw: mixture.generate(kw.pop("rng_ke
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("separation", dict(separation=-1.0), ValueError, r"^separation must be positive"),
     ("rng_key", dict(rng_key=3), TypeError, r"^rng_key must be a single"),
+    MISSING_KEY,
 ])
 rows("mcvq.generate", lambda n=10, **kw: mcvq.generate(kw.pop("rng_key", KEY), n, **kw), [
     ("num_examples", dict(n=0), ValueError, r"^num_examples must be at least 1"),
@@ -425,6 +437,7 @@ rows("clipped_gaussian.generate", lambda n=10, **kw: clipped_gaussian.generate(
     ("num_examples", dict(n=0), ValueError, r"^num_examples must be at least 1"),
     ("noise", dict(noise=-1.0), ValueError, r"^noise must be >= 0"),
     ("weights", dict(weights=np.ones(3)), ValueError, r"^weights must be 2-D"),
+    MISSING_KEY,
 ])
 rows("causes.generate", lambda n=10, **kw: causes.generate(kw.pop("rng_key", KEY), n, **kw), [
     ("num_examples", dict(n=0), ValueError, r"num_examples"),
@@ -494,7 +507,7 @@ def test_a_missing_key_is_one_error_for_every_entry_point():
     as ValueError or as TypeError alike."""
     missing = [case for case in CASES if case.argument == "rng_key"
                and case.error is MissingKeyError]
-    assert len(missing) >= 14
+    assert len(missing) >= 25
     assert issubclass(MissingKeyError, ValueError) and issubclass(MissingKeyError, TypeError)
     for case in missing:
         for caught in (ValueError, TypeError):
