@@ -6,19 +6,19 @@ n = 12, 16, 24, 32 features with dim = 2n (under-complete) and dim = n/2
 F ~ N(``--feature-mean``, 1) dense (default mean 0: the paper's dense
 experiments, Fig. 4b; every visible unit has all n features as parents):
 
-* ours: every method of ``inference.association.METHODS`` (``exact``, ``bp``,
+* ours: every method of ``inference.association.core.METHODS`` (``exact``, ``bp``,
   ``br``, ``mf``, ``gibbs``, ``br+mf``, and ``dbp``/``dbr`` where
-  :mod:`inference.directed` provides them), through the wrapper
+  :mod:`inference.association.directed` provides them), through the wrapper
   ``associate(..., check=False)`` and through its jitted core
-  ``inference.association._associate_jit``, each method with its defaults;
-* peer ``infer_discrete``: ``inference.numpyro_baselines._map_states``, the jitted
+  ``inference.association.core._associate_jit``, each method with its defaults;
+* peer ``infer_discrete``: ``inference.gvq.baselines._map_states``, the jitted
   core of ``map_associate`` (NumPyro's ``infer_discrete(temperature=0)``,
   max-product over the enumerated units, plus the energy of the decoded
   states). Its enumerated tensor holds 2^n x examples x dim floats, so the
   examples are decoded in batches of at most ``--peer-memory-gb`` (2 GB) of
   that tensor, one jitted call per batch, the time being that of all batches.
   It is skipped ("n/a") above 2^20 states (n = 24, 32);
-* peer ``DiscreteGibbs``: ``inference.numpyro_baselines._gibbs_states``, the jitted
+* peer ``DiscreteGibbs``: ``inference.gvq.baselines._gibbs_states``, the jitted
   core of ``gibbs_associate``: NumPyro's ``DiscreteGibbs`` (the discrete half
   of ``DiscreteHMCGibbs``, which cannot run with F fixed: the program then has
   no continuous site for the HMC half), one chain per example under ``vmap``,
@@ -107,10 +107,10 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import associate  # noqa: E402
-from inference import association as association_module  # noqa: E402
-from inference.association import METHODS, AssociationResult, _associate_jit  # noqa: E402
-from inference.energy import energy_fn  # noqa: E402
-from inference.numpyro_baselines import _gibbs_states, _map_states  # noqa: E402
+from inference.association import core as association_module  # noqa: E402
+from inference.association.core import METHODS, AssociationResult, _associate_jit  # noqa: E402
+from inference.gvq.baselines import _gibbs_states, _map_states  # noqa: E402
+from inference.program.energy import energy_fn  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 
 DEFAULT_SIZES = (12, 16, 24, 32)
@@ -587,8 +587,8 @@ def _mf_sweep_variants(problem, mu_t, key, sigma):
 
 def profile(config: Config) -> dict:
     """Where MF and BR+MF spend their time at one configuration (see the docstring)."""
-    from inference import annealing, message_passing
-    from inference._sweeps import random_orders
+    from inference.association import annealing, message_passing
+    from inference.association.sweeps import random_orders
 
     n, dim = config.n, config.dim
     features, x, num = config.features, config.x, config.num

@@ -4,13 +4,13 @@ Compares, in one run, on the same planted GVQ data, dtype and machine:
 
 * ours: ``inference.associate(features, x, method="exact", check=False)``, the
   exhaustive search over the 2^n states through the quadratic form of the
-  energy (seed 000 sec. 3.1, eq. 2; :mod:`inference.association`);
-* peer: ``inference.numpyro_baselines.map_associate(features, x, sigma=...)``,
+  energy (seed 000 sec. 3.1, eq. 2; :mod:`inference.association.core`);
+* peer: ``inference.gvq.baselines.map_associate(features, x, sigma=...)``,
   NumPyro's generic ``infer_discrete(temperature=0)`` (max-product over the
   enumerated units) on the same GVQ program, as shipped;
 * the jitted cores of both, without the wrappers' input validation:
-  ``inference.association._associate_jit`` and
-  ``inference.numpyro_baselines._map_states`` (the ``infer_discrete`` decode
+  ``inference.association.core._associate_jit`` and
+  ``inference.gvq.baselines._map_states`` (the ``infer_discrete`` decode
   plus the energy of the decoded states), i.e. each method at its best.
   The goal is judged on the ratio of the cores.
 
@@ -61,8 +61,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from inference import associate  # noqa: E402
-from inference.association import _associate_jit  # noqa: E402
-from inference.numpyro_baselines import _map_states, map_associate  # noqa: E402
+from inference.association.core import _associate_jit  # noqa: E402
+from inference.gvq.baselines import _map_states, map_associate  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 
 #: Goal of the issue: at n = GOAL_SIZE ours is at least GOAL_RATIO x faster.

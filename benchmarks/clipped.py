@@ -11,7 +11,7 @@ Two parts, in one run, on the same machine and dtype (seed 001, ``shared/MODELS.
 
     * ours: :func:`inference.fit_clipped_gaussian` (eq. 7-10 moment matching),
       as the program at sigma through ``program_parameters``;
-    * peer: :func:`inference.clipped_baselines.fit_clipped_svi` on the same
+    * peer: :func:`inference.clipped.baselines.fit_clipped_svi` on the same
       program (AutoDelta W, xi + AutoNormal y, ``TraceMeanField_ELBO``, Adam
       with cosine decay, one jitted ``lax.scan``). Tuned: Adam's initial step
       size over ``--learning-rates`` and the schedule length over
@@ -31,7 +31,7 @@ Two parts, in one run, on the same machine and dtype (seed 001, ``shared/MODELS.
 (b) The all-pairs correlation solve (eq. 10) for N = 1000 units, 499,500 pairs:
     thresholds xi_a and targets <s_a s_b> from 10,000 patterns of a planted
     program (P = 16, as in (a)), solved by
-    :func:`inference.orthant.solve_pair_correlations` in float64 (as
+    :func:`inference.clipped.orthant.solve_pair_correlations` in float64 (as
     ``fit_clipped_gaussian`` calls it); first call and warm calls timed, plus
     the largest moment residual of the solved pairs. A profile times the
     jitted work alone: the first Newton phase over all chunks in one jitted
@@ -71,16 +71,16 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.association_exact import machine_info  # noqa: E402
-from inference import orthant  # noqa: E402
-from inference.clipped_baselines import fit_clipped_svi  # noqa: E402
-from inference.clipped_gaussian import (  # noqa: E402
+from inference.app.compare import jsonable  # noqa: E402
+from inference.clipped import orthant  # noqa: E402
+from inference.clipped.baselines import fit_clipped_svi  # noqa: E402
+from inference.clipped.fit import (  # noqa: E402
     empirical_moments,
     fit_clipped_gaussian,
     model_moments,
     moment_error,
     program_parameters,
 )
-from inference.compare import jsonable  # noqa: E402
 from ppl_models import clipped_gaussian  # noqa: E402
 from ppl_models.diagnostics import ZooWarning  # noqa: E402
 

@@ -1,11 +1,11 @@
 """Benchmark: GVQ learning, EM (ours) against NumPyro's SVI, timed to equal error.
 
 Compares, in one run, on the same planted GVQ data, dtype, machine, restarts
-and initial features (:func:`inference.gvq.initial_features`, 4 restarts):
+and initial features (:func:`inference.gvq.em.initial_features`, 4 restarts):
 
 * ours: :func:`inference.fit_gvq`, EM in the sigma -> 0 limit (seed 000
   sec. 3.1) with association ``"exact"``, ``"br"``, ``"mf"`` and ``"br+mf"``;
-* peer: :func:`inference.numpyro_baselines.fit_gvq_svi`, SVI with
+* peer: :func:`inference.gvq.baselines.fit_gvq_svi`, SVI with
   ``TraceEnum_ELBO`` (the binary units summed out exactly) and a point mass on
   F, Adam, jitted (``lax.scan`` over the steps, restarts under ``vmap``).
 
@@ -109,9 +109,9 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import associate, fit_gvq  # noqa: E402
-from inference.compare import jsonable  # noqa: E402
-from inference.gvq import initial_features  # noqa: E402
-from inference.numpyro_baselines import fit_gvq_svi  # noqa: E402
+from inference.app.compare import jsonable  # noqa: E402
+from inference.gvq.baselines import fit_gvq_svi  # noqa: E402
+from inference.gvq.em import initial_features  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 from ppl_models.diagnostics import ZooWarning  # noqa: E402
 
@@ -241,7 +241,7 @@ def _quiet(fn, *args, **kwargs):
 
 
 def _svi(start, learning_rate):
-    """The SVI of :func:`inference.numpyro_baselines.fit_gvq_svi`: point mass on F, Adam."""
+    """The SVI of :func:`inference.gvq.baselines.fit_gvq_svi`: point mass on F, Adam."""
     def point_guide(x=None, **unused):
         loc = numpyro.param("F_loc", start)
         numpyro.sample("F", dist.Delta(loc).to_event(2))

@@ -7,7 +7,7 @@ machine. Data: a planted MCVQ (:func:`ppl_models.mcvq.generate`, N examples,
 D dimensions, K VQs of J states, means ~ Normal(0, 3), noise 0.3). Every
 learner fits ``ppl_models.mcvq.model`` (r and s per example, uniform
 selection priors) with K VQs of J states, the same variance floor and the
-same start (:func:`inference.mcvq.init` with one key):
+same start (:func:`inference.mcvq.em.init` with one key):
 
 * ours: :func:`inference.fit_mcvq` (one start), the paper's schedule (T
   annealed linearly from N - 1 to 1 over half the iterations, then held) and
@@ -15,7 +15,7 @@ same start (:func:`inference.mcvq.init` with one key):
   ``--em-iterations``, stopping at its default ``tol``; and the paper's
   schedule with ``--restarts`` starts run side by side (``num_restarts``, the
   lowest final F_1 kept; the peers keep the single start from the key);
-* peers (:mod:`inference.mcvq_baselines`): SVI with ``TraceEnum_ELBO``, r and s
+* peers (:mod:`inference.mcvq.baselines`): SVI with ``TraceEnum_ELBO``, r and s
   enumerated (loss = -log p(X | mu, sigma), exactly), and SVI with the
   paper's mean-field guide enumerated (loss = F_N, exactly); Adam, cosine
   decay over ``--svi-steps`` steps, all steps in one jitted ``lax.scan``.
@@ -23,9 +23,9 @@ same start (:func:`inference.mcvq.init` with one key):
 Quality is measured on the same scale for both sides of a pair, and exactly
 (no sampling): the *log-likelihood* scale is the mean training log-likelihood
 (1/N) log p(X | mu, sigma) with r and s summed out
-(:func:`inference.mcvq_baselines.exact_log_likelihood`; for the enumerated
+(:func:`inference.mcvq.baselines.exact_log_likelihood`; for the enumerated
 SVI it is minus its loss); the *ELBO* scale is -F_N / N
-(:func:`inference.mcvq.free_energy`, T = N) at the learner's own (g, m) (the
+(:func:`inference.mcvq.em.free_energy`, T = N) at the learner's own (g, m) (the
 mean-field SVI's loss). The target of a pair is the quality EM ends with;
 the peer's steps to target are the first step after which its (exact) loss
 trace reaches it. Time to target = the peer's warm wall time for the whole
@@ -41,7 +41,7 @@ ratio >= 50 (printed MET / NOT met, never asserted). A peer that does not
 reach the target within its budget gets the lower bound ratio > (its full
 run) / ours, and the goal counts as met only if that bound is >= 50.
 
-(b) Scaling of one EM iteration, :func:`inference.mcvq.step` (g-step and
+(b) Scaling of one EM iteration, :func:`inference.mcvq.em.step` (g-step and
 M-step from the statistics of m, the Gaussian parameters read from the
 program, the E-step energies and the new statistics, free energy), jitted
 and warm, at T = N, with N, D, K, J each varied while the others stay at the
@@ -83,14 +83,14 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.association_exact import machine_info  # noqa: E402
-from inference import mcvq as mcvq_fit  # noqa: E402
-from inference.compare import jsonable  # noqa: E402
-from inference.mcvq import fit_mcvq  # noqa: E402
-from inference.mcvq_baselines import (  # noqa: E402
+from inference.app.compare import jsonable  # noqa: E402
+from inference.mcvq import em as mcvq_fit  # noqa: E402
+from inference.mcvq.baselines import (  # noqa: E402
     exact_log_likelihood,
     fit_mcvq_meanfield_svi,
     fit_mcvq_svi,
 )
+from inference.mcvq.em import fit_mcvq  # noqa: E402
 from ppl_models import mcvq  # noqa: E402
 from ppl_models.diagnostics import ZooWarning  # noqa: E402
 
@@ -357,7 +357,7 @@ def scaling(args) -> dict:
 
 
 def print_scaling(result) -> None:
-    print(f"\n(b) one EM iteration (inference.mcvq.step, jitted, warm, median of "
+    print(f"\n(b) one EM iteration (inference.mcvq.em.step, jitted, warm, median of "
           f"{result['repeats']}); base {result['base']}; ns/unit = time / (N D K J); "
           "slope = dlog t / dlog size (1 = linear); GFLOP/s counts 12 N D K J flops, "
           "against one (N, 3D) x (3D, K J) matmul")

@@ -1,7 +1,7 @@
 """Benchmark: full-covariance EM and k-means, ours against scikit-learn and gmmx.
 
 Compares, in one run, on the same planted data, the same start and the same
-machine (issue 6; seed 002 sec. 4, :mod:`inference.mixture`):
+machine (issue 6; seed 002 sec. 4, :mod:`inference.mixture.em`):
 
 * EM, full covariances (``"em"``): ours, :func:`inference.fit_mixture` with
   ``mode="stochastic", covariance="full", prune=False`` (pruning off, so that
@@ -41,7 +41,7 @@ its own column; then ``--repeats`` warm calls, interleaved across peers so
 that machine noise hits them alike, median and [min-max]. Ours is timed
 twice: the public ``fit_mixture`` (input validation including a
 ``np.unique`` over a prefix of the rows, then the jitted loop) and its
-jitted core ``inference.mixture._run`` alone (the EM loop followed by the
+jitted core ``inference.mixture.em._run`` alone (the EM loop followed by the
 criteria L_stocha, L_map, L_NN, J and the labels at the final parameters,
 which reuse the loop's features in the same call; the counterpart of gmmx's
 ``EMFitter.fit``, which computes no criteria). Goals are judged on the
@@ -95,7 +95,7 @@ Mahalanobis distances; the output stays in cache), and the plain matmul
 (N, p) @ (p, k), p = d (d + 3) / 2 + 1 = 153, that our EM is built on.
 
 Our own FLOPs are fewer than the nominal count, and the ``actual`` column
-says what ours does: ``inference.mixture`` evaluates every component's
+says what ours does: ``inference.mixture.em`` evaluates every component's
 log-density as one GEMM on the data's quadratic features t(x) = [x_i x_j
 (i <= j), x, 1] (p columns, built once per fit) against the natural
 parameters read from the program, and takes the M-step's counts, sums and
@@ -140,9 +140,9 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import fit_mixture  # noqa: E402
-from inference import mixture as mixture_fit  # noqa: E402
-from inference.compare import jsonable  # noqa: E402
-from inference.mixture import _advance_single, _project, _run, _State  # noqa: E402
+from inference.app.compare import jsonable  # noqa: E402
+from inference.mixture import em as mixture_fit  # noqa: E402
+from inference.mixture.em import _advance_single, _project, _run, _State  # noqa: E402
 from ppl_models import mixture  # noqa: E402
 
 #: Goals of the issue: EM >= 10x scikit-learn and > 1x gmmx; k-means within 1.5x of sklearn.

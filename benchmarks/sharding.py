@@ -4,15 +4,15 @@ What is timed, per device count n in (1, 2, 4), each in its own subprocess
 started with ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` (the flag
 must be set before JAX starts), on the same data and parameters:
 
-* mixture (``inference.mixture``, full covariances): one iteration's E-step
+* mixture (``inference.mixture.em``, full covariances): one iteration's E-step
   and M-step statistics, i.e. the natural parameters read from the program
   (``_log_joint_eta``) and one ``_sweep`` over the blocked quadratic features
   (responsibilities, objective, R^T t(x)). ``plain``: exactly that, jitted, on
   one device, features from ``_block_features``. ``sharded``: the body of
-  ``inference.mixture_sharded._run_sharded`` -- every device sweeps its rows
+  ``inference.mixture.sharded._run_sharded`` -- every device sweeps its rows
   (``_block_features``, padded and masked), then ``psum`` of the statistics and
   the objective -- under ``shard_map`` on a mesh of n devices;
-* MCVQ (``inference.mcvq``): one iteration, ``_step`` (g-step, M-step, E-step,
+* MCVQ (``inference.mcvq.em``): one iteration, ``_step`` (g-step, M-step, E-step,
   statistics and free energy; its sums over examples are the two matrix
   products of the module docstring). ``plain``: ``_step`` jitted on one device;
   ``sharded``: ``_step(..., axis_name=...)`` under ``shard_map`` (the fit's own
@@ -95,8 +95,7 @@ def _mixture_case(size, mesh):
     import numpy as np
     from jax.sharding import PartitionSpec as P
 
-    from inference import mixture as mx
-    from inference.sharding import (
+    from inference.engine.sharding import (
         map_shards,
         mesh_axis,
         mesh_size,
@@ -104,6 +103,7 @@ def _mixture_case(size, mesh):
         psum,
         shard_examples,
     )
+    from inference.mixture import em as mx
     from ppl_models import mixture
 
     num, dim, k = size["num"], size["dim"], size["k"]
@@ -157,8 +157,14 @@ def _mcvq_case(size, mesh):
     import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
-    from inference import mcvq as mc
-    from inference.sharding import map_shards, mesh_axis, mesh_size, pad_examples, shard_examples
+    from inference.engine.sharding import (
+        map_shards,
+        mesh_axis,
+        mesh_size,
+        pad_examples,
+        shard_examples,
+    )
+    from inference.mcvq import em as mc
     from ppl_models import mcvq
 
     num, dim, kk, jj = size["num"], size["dim"], size["num_vqs"], size["num_states"]
@@ -205,7 +211,7 @@ def worker(args) -> dict:
     import jax
     import numpy as np
 
-    from inference.sharding import resolve_mesh
+    from inference.engine.sharding import resolve_mesh
 
     assert len(jax.devices()) == args.worker, jax.devices()
     mesh = resolve_mesh(devices=args.worker)

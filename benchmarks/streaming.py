@@ -6,10 +6,10 @@ float32 columns stored in a ``np.memmap`` file in a temporary directory
 (default N = 2,000,000, d = 16, k = 16: 128 MB on disk), fitted two ways on
 the same data, from the same start, with the same number of iterations:
 
-* ours: :func:`inference.streaming.fit_mixture_stream` reading the memmap in
+* ours: :func:`inference.mixture.stream.fit_mixture_stream` reading the memmap in
   batches of ``--batch-size`` rows (default 200,000: 12.8 MB per batch, a tenth
   of the file);
-* peer: :func:`inference.mixture.fit_mixture` with the whole array loaded
+* peer: :func:`inference.mixture.em.fit_mixture` with the whole array loaded
   (``np.load`` of the file into memory, then the public call), the in-memory
   fit that streaming replaces.
 
@@ -175,8 +175,9 @@ def child(args) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from inference import streaming
-    from inference.mixture import fit_mixture
+    from inference.engine import streaming as engine_streaming
+    from inference.mixture import stream as streaming
+    from inference.mixture.em import fit_mixture
     from ppl_models.diagnostics import ConvergenceWarning
 
     jnp.zeros(1).block_until_ready()  # JAX's start in the base
@@ -187,13 +188,13 @@ def child(args) -> dict:
     passes = []
     if args.child == "stream":
         mapped = np.load(args.path, mmap_mode="r")
-        counter = streaming._Pass.__iter__
+        counter = engine_streaming.Pass.__iter__
 
         def counting(self):
             passes.append(1)
             return counter(self)
 
-        streaming._Pass.__iter__ = counting
+        engine_streaming.Pass.__iter__ = counting
 
         def fit(iterations):
             return streaming.fit_mixture_stream(mapped, args.num_components,
@@ -319,7 +320,7 @@ def main(argv=None) -> dict:
         print(json.dumps(child(args)))
         return {}
     from benchmarks.association_exact import machine_info
-    from inference.compare import jsonable
+    from inference.app.compare import jsonable
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

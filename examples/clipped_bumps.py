@@ -17,7 +17,7 @@ gives the bump.
   sin(pi/2 - 2 pi d / N) = cos(2 pi d / N), exactly rank 2; C_ss is circulant, its
   eigenvalues are the Fourier coefficients of the triangle wave, 4 / (N sin^2(pi k / N))
   for odd k and 0 for even k: N/2 positive ones.
-* *Fit:* :func:`inference.clipped_gaussian.fit_clipped_gaussian` with ``bias=False``
+* *Fit:* :func:`inference.clipped.fit.fit_clipped_gaussian` with ``bias=False``
   and P = 2. *(choice)* No biases: every unit is +1 in exactly half of the
   patterns (<s_a> = 0), so eq. 9 gives xi = 0 anyway, and the zero-bias model is
   the one the paper fits here (eq. 7; fitting biases to a sample would only add
@@ -90,8 +90,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.clipped_gaussian import fit_clipped_gaussian
-from inference.compare import jsonable
+from inference.app.compare import jsonable
+from inference.clipped.fit import fit_clipped_gaussian
 from ppl_models.clipped_gaussian import generate, ring_bumps
 from ppl_models.diagnostics import ZooWarning
 

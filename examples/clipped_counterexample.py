@@ -29,8 +29,8 @@ nearest one is again (1 - c) I + c 11^T, and the closest c with a positive
 semidefinite matrix is c = -1/(N - 1) (rank N - 1, zero on the uniform vector),
 so the fit uses P = N - 1 hidden units. Its binary correlations are
 (2/pi) arcsin(-1/(N - 1)): about 2/pi = 64% of the data's anticorrelation for
-large N. The moments come from :func:`inference.clipped_gaussian.model_moments`
-(and :func:`~inference.clipped_gaussian.moment_error` against the patterns),
+large N. The moments come from :func:`inference.clipped.fit.model_moments`
+(and :func:`~inference.clipped.fit.moment_error` against the patterns),
 and patterns drawn from the projected model (``generate``) show how often it
 breaks the constraint. *(choice)* The projected models of all N are evaluated
 together as one program with block-diagonal W (independent blocks, so each
@@ -87,8 +87,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.clipped_gaussian import fit_clipped_gaussian, model_moments, moment_error
-from inference.compare import jsonable
+from inference.app.compare import jsonable
+from inference.clipped.fit import fit_clipped_gaussian, model_moments, moment_error
 from ppl_models.clipped_gaussian import generate, sum_constraint_patterns
 from ppl_models.diagnostics import NumericalWarning, ZooWarning
 

@@ -13,7 +13,7 @@ keeps them as units that are off with probability 1 - 1/(2 x 177) and leaves
 them out of C_xx (zero rows and columns, zero rows of W). What is learned is a
 model of the 46 varying pixels.
 
-**Model** (eq. 8-10). :func:`inference.clipped_gaussian.fit_clipped_gaussian`
+**Model** (eq. 8-10). :func:`inference.clipped.fit.fit_clipped_gaussian`
 with biases: xi_a from the means, the pairwise solve of eq. 10 for C_xx, W from
 its P leading eigenvectors. P = 16 as in the paper *(choice: kept although 46
 varying pixels are far fewer than the paper's 256; the held-out error below is
@@ -120,7 +120,8 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from inference.clipped_gaussian import (
+from inference.app.compare import jsonable
+from inference.clipped.fit import (
     NEGATIVE_TOLERANCE,
     fit_clipped_gaussian,
     infer_hidden,
@@ -129,8 +130,7 @@ from inference.clipped_gaussian import (
     morph,
     program_parameters,
 )
-from inference.compare import jsonable
-from inference.handlers import noiseless
+from inference.program.handlers import noiseless
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import ZooWarning
 

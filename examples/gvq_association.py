@@ -1,7 +1,7 @@
 """The association experiments of seed 000 sec. 4.3: Fig. 4a, Fig. 4b and Fig. 5.
 
-Every association method of :data:`inference.association.METHODS` (BP, BR, MF,
-Gibbs, BR+MF and, when :mod:`inference.directed` provides them, DBR and DBP)
+Every association method of :data:`inference.association.core.METHODS` (BP, BR, MF,
+Gibbs, BR+MF and, when :mod:`inference.association.directed` provides them, DBR and DBP)
 against exhaustive search, on the paper's random problems (``shared/MODELS.md``
 1.6). One trial is a fresh F, a planted state s* ~ Bernoulli(1/2) and one
 example x = s* @ F + eps, eps ~ N(0, 0.1) (variance 1/10, sec. 4.3.1). The
@@ -26,7 +26,7 @@ when many codebook vectors crowd the data space (small d, dense F), so the
 tables also show the error of the planted s*.
 
 Speed: all trials of a point run as one jitted ``vmap`` over (F, x) pairs of
-:func:`inference.association.associate_energy` (the core of ``associate``),
+:func:`inference.association.core.associate_energy` (the core of ``associate``),
 after the method's own validation on every trial's F. A Python loop of
 ``associate(..., check=False)`` calls costs about 1 ms per trial once compiled
 (measured: 0.09 s for 100 BR trials against 0.001-0.03 s for one ``vmap``
@@ -59,9 +59,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import association
-from inference.association import associate_energy
-from inference.compare import jsonable
+from inference.app.compare import jsonable
+from inference.association import core as association
+from inference.association.core import associate_energy
 from ppl_models import gvq
 
 #: Sec. 4.3.1: the noise eps has variance 1/10.
@@ -486,8 +486,8 @@ def main(argv=None):
     available = set(association.METHODS)
     for method in ("dbr", "dbp"):
         if method not in available:
-            print(f"note: method {method!r} is not available (inference.directed does not "
-                  "provide it yet): skipped")
+            print(f"note: method {method!r} is not available (inference.association.directed "
+                  "does not provide it yet): skipped")
     if args.methods is not None:
         chosen = {m.strip() for m in args.methods.split(",") if m.strip()}
         unknown = chosen - set(METHOD_ORDER) - {"exact"}

@@ -23,7 +23,7 @@ against the indices as in the paper, which favours the method with fewer vectors
   (``fit_gvq(x, n + 1, num_sets=1, method="exact", ...)``, sec. 5.1), 2^n codebook
   vectors. Exact association up to n = 12 (``--max-features`` beyond that uses
   ``"br+mf"``). The restarts start as the library draws them
-  (:func:`inference.gvq.initial_set_features`): the origin is a random segment o
+  (:func:`inference.gvq.em.initial_set_features`): the origin is a random segment o
   and each feature starts half-way towards another random segment, so that
   every start's codebook vectors lie among the data.
 
@@ -86,9 +86,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.compare import jsonable
-from inference.gvq import fit_gvq
-from inference.gvq_constraints import associate_sets
+from inference.app.compare import jsonable
+from inference.gvq.constraints import associate_sets
+from inference.gvq.em import fit_gvq
 from ppl_models.diagnostics import ZooWarning
 
 #: Sec. 6.2: segments of 16 x 16 pixels.

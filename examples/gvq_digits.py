@@ -13,11 +13,11 @@ random subset of :data:`PAPER_IMAGES` would be drawn if there were more).
 the last of each set its origin (always on within the set), each image explained
 by one set; binary features sigmoid(F_hat) and reconstructions
 sigmoid(beta (s @ sigmoid(F_hat) - 1/2)) with beta = 4.5 (eq. 10). Learning is
-:func:`inference.gvq.fit_gvq` (EM in the sigma -> 0 limit: exhaustive association
+:func:`inference.gvq.em.fit_gvq` (EM in the sigma -> 0 limit: exhaustive association
 over each set's 2^4 states, winner-take-all over the sets, then L-BFGS on F_hat);
 several random restarts run in parallel and the one with the least error is kept.
 After the fit every image is re-associated under the final features with
-:func:`inference.gvq_constraints.associate_sets` (the fit's states are those
+:func:`inference.gvq.constraints.associate_sets` (the fit's states are those
 before its last M-step), and all numbers below use that association.
 
 *(choice)* ``m_step_iterations = 10`` (L-BFGS iterations per M-step): EM does
@@ -84,9 +84,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.compare import jsonable
-from inference.gvq import fit_gvq
-from inference.gvq_constraints import associate_sets
+from inference.app.compare import jsonable
+from inference.gvq.constraints import associate_sets
+from inference.gvq.em import fit_gvq
 from ppl_models import gvq
 from ppl_models.diagnostics import ZooWarning
 

@@ -33,9 +33,9 @@ import jax
 import numpy as np
 
 from inference import fit_gvq
-from inference.compare import jsonable
-from inference.gvq import initial_features, match_features
-from inference.numpyro_baselines import fit_gvq_svi
+from inference.app.compare import jsonable
+from inference.gvq.baselines import fit_gvq_svi
+from inference.gvq.em import initial_features, match_features
 from ppl_models import gvq
 from ppl_models.diagnostics import ZooWarning
 

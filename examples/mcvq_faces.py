@@ -20,7 +20,7 @@ reconstruction, and beside them the part of each VQ: the most active state
 j* = argmax_j m_kj, shown as its gated prediction g_dk mu_dkj* over the image
 (light blue where the VQ does not own the pixel); plus the partition argmax_k g.
 
-**RMS at matched description length** (``inference.description_length``: 8
+**RMS at matched description length** (``inference.gvq.description_length``: 8
 bits per real, log2 of the choices per code, hard g): MCVQ's test
 reconstruction is the decoder's (hard g and states) with the soft one of
 sec. 3 beside it; PCA, NMF (on x + 1) and VQ (k-means) are swept over their
@@ -63,9 +63,9 @@ import jax
 import numpy as np
 
 import inference
-from inference import description_length as dl
-from inference.compare import jsonable
-from inference.mcvq import infer_states, reconstruct
+from inference.app.compare import jsonable
+from inference.gvq import description_length as dl
+from inference.mcvq.em import infer_states, reconstruct
 from ppl_models.datasets import faces
 from ppl_models.diagnostics import ZooWarning
 

@@ -14,7 +14,7 @@ paper's 11 x 11 shapes layout (seed 004 sec. 5.1), and variants with
 96, so that 3 folds are equal and each fold size compiles once), new data for
 every seed.
 
-**Criteria** (``inference.model_selection.model_selection``, every value per
+**Criteria** (``inference.app.selection.model_selection``, every value per
 example, higher is better): ``vb`` (VB lower bound of ``fit_vb_mcvq`` started
 at the candidate size; choice: the smallest candidate containing what
 survives in the best run), ``cv`` (``--folds``-fold cross-validated held-out
@@ -74,8 +74,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.compare import jsonable
-from inference.model_selection import model_selection
+from inference.app.compare import jsonable
+from inference.app.selection import model_selection
 from ppl_models.datasets import causes
 from ppl_models.diagnostics import ZooWarning
 

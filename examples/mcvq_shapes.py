@@ -24,10 +24,10 @@ states none).
 
 **Test reconstruction**: m of every test image by one E-step with the
 parameters fixed (``infer_states``), then the decoder of the description
-length (``inference.description_length.mcvq_decode``: hard g, hard states;
+length (``inference.gvq.description_length.mcvq_decode``: hard g, hard states;
 the soft reconstruction sum_k g_dk sum_j m_kj mu_dkj is reported beside it).
 
-**Description length** (``inference.description_length``, where every choice
+**Description length** (``inference.gvq.description_length``, where every choice
 is stated): 8 bits per real parameter or coefficient, log2 of the number of
 choices per discrete code, g as a hard partition. MCVQ K = 3, J = 5 on 629
 test images costs 9.4e3 bits (the paper: about 5.9e3, which no consistent
@@ -88,9 +88,9 @@ import jax
 import numpy as np
 
 import inference
-from inference import description_length as dl
-from inference.compare import jsonable
-from inference.mcvq import infer_states, reconstruct
+from inference.app.compare import jsonable
+from inference.gvq import description_length as dl
+from inference.mcvq.em import infer_states, reconstruct
 from ppl_models import mcvq
 from ppl_models.datasets import shapes
 from ppl_models.diagnostics import ZooWarning

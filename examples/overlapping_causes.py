@@ -83,8 +83,8 @@ import jax
 import numpy as np
 
 import inference
-from inference.compare import jsonable
-from inference.mcvq import infer_states, likelihood_terms, reconstruct
+from inference.app.compare import jsonable
+from inference.mcvq.em import infer_states, likelihood_terms, reconstruct
 from ppl_models.datasets import causes
 from ppl_models.diagnostics import ZooWarning
 
@@ -114,7 +114,7 @@ def energy_gaps(x, result):
     """Per pixel, the summed energy of the second-best VQ minus the best one's (nats).
 
     sum_{c,j} m^c_kj ell^c_dkj per (d, k); at T = 1 and uniform a this is
-    log(g_d,first / g_d,second) of the g-step (``inference.mcvq``).
+    log(g_d,first / g_d,second) of the g-step (``inference.mcvq.em``).
     """
     ell = np.asarray(likelihood_terms(x, None, result.mu, result.sigma), np.float64)
     energy = np.einsum("nkj,ndkj->dk", np.asarray(result.m, np.float64), ell)

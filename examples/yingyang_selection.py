@@ -10,7 +10,7 @@ all in d = 2 with the same number of examples. Each rule then estimates k:
 * **J(k)** (eq. 24) of k-means, **L_map** (eq. 20) of hard-cut EM,
   **L_stocha** (eq. 14-16) of EM, and BIC and AIC on the EM fits, over the
   candidates 1..10 with 3 k-means++ restarts each
-  (``inference.mixture_selection.compare_criteria``);
+  (``inference.mixture.selection.compare_criteria``);
 * **automatic selection, literal** (sec. 5.2): start with 12 components at
   random examples plus small noise, equal weights and sigma^2 = data
   variance / 12, run hard-cut EM (the paper's MAP-VQ) or EM, discard a
@@ -23,7 +23,7 @@ all in d = 2 with the same number of examples. Each rule then estimates k:
   literal rule then discards it;
 * **RPCL** (sec. 6.2): 12 units, winner and rival by the full posterior
   (eq. 28), the rival de-learning; the units that still win data at the end
-  are counted (``inference.mixture_online.fit_online(method="rpcl")``);
+  are counted (``inference.mixture.online.fit_online(method="rpcl")``);
 * scikit-learn's **BayesianGaussianMixture** (Dirichlet process prior, 12
   components, full covariances) as an outside reference: components with
   weight above 1% are counted;
@@ -32,7 +32,7 @@ all in d = 2 with the same number of examples. Each rule then estimates k:
   (``ppl_models.vb_mixture``), the weights by type-II maximum likelihood,
   started from the same 12 components as the pruning rules above (from a
   k-means++ start, the one ``fit_vb_mixture`` has), a component removed when
-  its weight falls below 1e-5 (``inference.vb_mixture.fit_vb_mixture``, up to
+  its weight falls below 1e-5 (``inference.mixture.vb.fit_vb_mixture``, up to
   1000 iterations like the other pruning runs); the survivors are counted;
 * **VB bound over k**: the same VB fit started at every candidate k (best of
   the restarts by the bound), with a threshold of 1e-9 that only removes
@@ -70,11 +70,11 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.compare import jsonable
-from inference.mixture import fit_mixture
-from inference.mixture_online import fit_online
-from inference.mixture_selection import compare_criteria
-from inference.vb_mixture import fit_vb_mixture
+from inference.app.compare import jsonable
+from inference.mixture.em import fit_mixture
+from inference.mixture.online import fit_online
+from inference.mixture.selection import compare_criteria
+from inference.mixture.vb import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ZooWarning
 

@@ -11,7 +11,7 @@ x is not a site of its own: the program observes s through
 ``ClippedNormal(W y + xi, sigma)``, so P(s_a = +1 | y) = Phi((W y + xi)_a / sigma),
 a probit layer (sigma finite is the zoo's choice, MODELS.md 2.1). The paper's
 deterministic clip s = sign(W y + xi) is its sigma -> 0 limit, reached through
-the noise handlers: ``inference.handlers.noiseless`` turns the site into
+the noise handlers: ``inference.program.handlers.noiseless`` turns the site into
 ``NoiselessClip`` (sampling returns sign(W y + xi)) and ``observation_noise``
 sets sigma. The paper has no noise and unit-variance x (C_xx has unit
 diagonal); with noise the variance of x_a is |W_a|^2 + sigma^2.
@@ -133,7 +133,7 @@ def generate(rng_key, num_examples: int = 200, num_visible: int = 16, num_hidden
         raise ValueError(f"noise must be >= 0; got {noise}")
     program = model
     if noise == 0:
-        from inference.handlers import noiseless  # the limit comes from the handler
+        from inference.program.handlers import noiseless  # the limit comes from the handler
 
         program = noiseless(model, sites="s")
     trace = handlers.trace(handlers.seed(program, key_run)).get_trace(

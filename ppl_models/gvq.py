@@ -8,8 +8,8 @@ Generative story (seed 000, sec. 3 and 7, eq. 14; ``shared/MODELS.md`` 1.1):
 
 With sigma > 0 this is the cooperative vector quantiser; GVQ is its sigma -> 0
 limit, where each x is explained by the one state s* = argmin_s ||x - s @ F||^2
-(eq. 5). The limit is taken from outside with ``inference.handlers.noiseless``;
-the annealed algorithms lower sigma with ``inference.handlers.observation_noise``.
+(eq. 5). The limit is taken from outside with ``inference.program.handlers.noiseless``;
+the annealed algorithms lower sigma with ``inference.program.handlers.observation_noise``.
 
 The prior on F is there so that the same program serves MCMC and SVI over the
 features; EM in the sigma -> 0 limit does not see it (``noiseless`` scales it

@@ -42,7 +42,7 @@ of the slides (seed 003; MODELS.md 4.4) puts priors on the Gaussian
 parameters; a and b stay point values (the slides point-estimate them too).
 
 Bayesian form (``bayesian=True``; slides seed 003 "VB MCVQ", MODELS.md 4.4). The
-program that variational Bayes (``inference.vb_mcvq``) fits: conjugate priors on
+program that variational Bayes (``inference.mcvq.vb``) fits: conjugate priors on
 the Gaussian parameters, in the precision parametrisation of Corduneanu & Bishop
 (2001) and Bishop PRML sec. 10.2,
 
@@ -74,7 +74,7 @@ by broadcasting, loc = sum_k [r_d = k] mu[d, k, s_k], so that enumerated values
 in the examples and dims plates. The generative story and the joint density
 are those of the default form (tested in ``tests/test_mcvq_baselines.py``);
 enumerating every site costs about J^K K terms per example and dimension
-(``inference.mcvq_baselines`` states the limit). ``shared_r=True`` is not
+(``inference.mcvq.baselines`` states the limit). ``shared_r=True`` is not
 available in this form (r shared by all examples couples them: K^D terms).
 
 References
@@ -160,7 +160,7 @@ def prior_from_data(x, mask=None, *, mean_prior_mean=None, mean_prior_scale=None
     within the data cloud). *Measured choice*: with b0 = a0 s^2 the two pseudo
     observations of variance s^2 dominate the within-state variance of a few
     dozen examples, the states come out too broad and too few, and
-    ``inference.vb_mcvq`` recovered the planted 3 VQs of
+    ``inference.mcvq.vb`` recovered the planted 3 VQs of
     ``generate(key(seed), 100, 12, 3, 4)`` (from K = J = 6) in 3 of 8 seeds,
     against 6 of 8 with (s / 10)^2 (5 of 8 with (s / 3)^2).
 
@@ -366,7 +366,7 @@ def random_mask(rng_key, num_examples: int, dim: int, missing_fraction: float):
 
     Every row and every column keeps at least one observed entry (entry
     (i, i mod dim) and (j mod num_examples, j) stay True), so that the mask is
-    valid for ``inference.mcvq.fit_mcvq``.
+    valid for ``inference.mcvq.em.fit_mcvq``.
     """
     num_examples = check_positive_int(num_examples, "num_examples")
     dim = check_positive_int(dim, "dim")

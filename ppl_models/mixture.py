@@ -9,7 +9,7 @@ with mixing weights alpha (k,), means m (k, d) and covariances Sigma (k, d, d).
 ``covariance`` chooses the family: ``"full"`` (any Sigma_y, a ``MultivariateNormal``
 with Cholesky factor), ``"diag"`` (Sigma_y diagonal) or ``"spherical"`` (Sigma_y =
 sigma_y^2 I); the last two are ``Normal(m_y, sd_y).to_event(1)`` sites, so the
-noise handlers of ``inference.handlers`` act on them: ``noiseless`` is the
+noise handlers of ``inference.program.handlers`` act on them: ``noiseless`` is the
 sigma -> 0 limit whose energy is ||x - m_y||^2 (nearest-neighbour VQ, k-means;
 paper eq. 21-22) and ``observation_noise`` sets sigma.
 

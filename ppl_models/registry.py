@@ -2,7 +2,7 @@
 
 A model module (``ppl_models/<name>.py``) defines a NumPyro program, its data
 generators and a :class:`ModelInfo`, and calls :func:`register` at import. The
-comparison layer (``inference.compare``) and the contract tests iterate over
+comparison layer (``inference.app.compare``) and the contract tests iterate over
 :data:`REGISTRY`.
 """
 

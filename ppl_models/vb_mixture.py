@@ -26,7 +26,7 @@ Normal(m0, beta0^-1 I) of Corduneanu & Bishop (sec. 2), not the coupled
 Normal-Wishart m_j | Lambda_j ~ Normal(m0, (beta0 Lambda_j)^-1) of Bishop PRML
 sec. 10.2 and scikit-learn's ``BayesianGaussianMixture``: with independent
 priors the posterior factorises naturally as Q(m) Q(Lambda) Q(y), the
-approximation of the paper (``inference.vb_mixture``).
+approximation of the paper (``inference.mixture.vb``).
 
 Wishart(nu, W) has density proportional to |Lambda|^((nu - d - 1) / 2)
 exp(-tr(W^-1 Lambda) / 2) and mean nu W (PRML appendix B, eq. B.78-B.81); it

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inference import associate
-from inference.numpyro_baselines import map_associate
+from inference.gvq.baselines import map_associate
 from ppl_models import gvq
 
 

@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from inference import associate, message_passing
-from inference._sweeps import random_orders
-from inference.annealing import mf_init, mf_step
-from inference.association import METHODS, association_problem
+from inference import associate
+from inference.association import message_passing
+from inference.association.annealing import mf_init, mf_step
+from inference.association.core import METHODS, association_problem
+from inference.association.sweeps import random_orders
 from ppl_models import gvq
 
 UNDIRECTED = ["bp", "br", "mf", "gibbs", "br+mf"]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from inference import associate, fit_gvq
-from inference.association import MAX_EXACT_FEATURES, METHODS
-from inference.numpyro_baselines import MAX_ENUMERATED_FEATURES, fit_gvq_svi, map_associate
+from inference.association.core import MAX_EXACT_FEATURES, METHODS
+from inference.gvq.baselines import MAX_ENUMERATED_FEATURES, fit_gvq_svi, map_associate
 from ppl_models.gvq import generate_planted
 
 KEY = jax.random.key(0)

@@ -6,18 +6,18 @@ import jax
 import numpy as np
 import pytest
 
-from inference.clipped_baselines import (
+from inference.clipped.baselines import (
     MAX_MCMC_DIMENSION,
     fit_clipped_mcmc,
     fit_clipped_svi,
 )
-from inference.clipped_gaussian import (
+from inference.clipped.compare import compare_clipped, principal_angles
+from inference.clipped.fit import (
     fit_clipped_gaussian,
     model_moments,
     moment_error,
     program_parameters,
 )
-from inference.compare_clipped import compare_clipped, principal_angles
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -145,7 +145,7 @@ def test_compare_clipped_smoke():
 
 @pytest.mark.slow
 def test_compare_clipped_quick_cli(tmp_path):
-    from inference.cli import main
+    from inference.app.cli import main
 
     assert main(["compare", "clipped", "--quick", "--no-progress", "--output-dir",
                  str(tmp_path)]) == 0

@@ -12,7 +12,7 @@ from numpyro.infer.util import log_density
 from scipy.special import ndtr, owens_t
 
 from inference import fit_clipped_gaussian
-from inference.clipped_gaussian import (
+from inference.clipped.fit import (
     empirical_moments,
     infer_hidden,
     model_moments,
@@ -20,14 +20,14 @@ from inference.clipped_gaussian import (
     morph,
     program_parameters,
 )
-from inference.handlers import noiseless, observation_noise
-from inference.orthant import (
+from inference.clipped.orthant import (
     bivariate_normal_cdf,
     nearest_correlation,
     pair_density,
     pair_second_moment,
     solve_pair_correlations,
 )
+from inference.program.handlers import noiseless, observation_noise
 from ppl_models import clipped_gaussian as cg
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.distributions import ClippedNormal, NoiselessClip

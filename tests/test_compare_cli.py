@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from inference.cli import main
-from inference.compare import run_comparison
+from inference.app.cli import main
+from inference.app.compare import run_comparison
 
 
 @pytest.fixture(scope="module")

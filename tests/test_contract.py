@@ -7,7 +7,7 @@ import pytest
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
-from inference.handlers import noiseless, observation_noise
+from inference.program.handlers import noiseless, observation_noise
 from ppl_models import REGISTRY
 
 # Per model: generator arguments, the observed data in what the generator returns, and

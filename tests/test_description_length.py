@@ -1,11 +1,11 @@
-"""Description length and the PCA / NMF / VQ baselines (``inference.description_length``)."""
+"""Description length and the PCA / NMF / VQ baselines (``inference.gvq.description_length``)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from inference import description_length as dl
+from inference.gvq import description_length as dl
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_mcvq_decode_by_hand():
     expected = [[mu[0, 0, 1], mu[1, 1, 0], mu[2, 0, 1]]]
     np.testing.assert_allclose(np.asarray(dl.mcvq_decode(g, m, mu)), expected)
     # With one-hot g and m it equals the soft reconstruction of sec. 3.
-    from inference.mcvq import reconstruct
+    from inference.mcvq.em import reconstruct
 
     hard_g, hard_m = np.eye(2)[[0, 1, 0]], np.eye(2)[[[1, 0]]]
     np.testing.assert_allclose(np.asarray(reconstruct(hard_g, hard_m, mu)), expected)

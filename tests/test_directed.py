@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from inference import associate
-from inference.association import METHODS, association_problem
-from inference.directed import (
+from inference.association.core import METHODS, association_problem
+from inference.association.directed import (
     dbp_init,
     dbp_step,
     dbr_init,

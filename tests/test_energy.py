@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 
-from inference.energy import check_quadratic, quadratic_energy
+from inference.program.energy import check_quadratic, quadratic_energy
 from ppl_models import gvq
 
 
@@ -108,7 +108,7 @@ def test_check_quadratic_rejects_a_program_that_is_not_quadratic():
 
 def test_tempered_energy_matches_the_program_at_every_sigma():
     """AssociationProblem.tempered(sigma) equals quadratic_energy(noise=sigma), prior included."""
-    from inference.association import association_problem
+    from inference.association.core import association_problem
 
     with jax.enable_x64(True):
         data = gvq.generate_planted(jax.random.key(6), 5, 4, 3, noise_scale=0.5)

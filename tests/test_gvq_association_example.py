@@ -11,9 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-import inference.compare_gvq_association  # noqa: F401  (registers "gvq-association")
-from inference import association
-from inference.compare import run_comparison, save_comparison
+import inference.gvq.compare_association  # noqa: F401  (registers "gvq-association")
+from inference.app.compare import run_comparison, save_comparison
+from inference.association import core as association
 
 VERDICTS = {"holds", "partly", "does not hold", "not checked", "information"}
 

@@ -14,16 +14,16 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from inference import associate
-from inference.energy import quadratic_energy
-from inference.gvq import fit_gvq
-from inference.gvq_constraints import (
+from inference.gvq.baselines import map_associate
+from inference.gvq.constraints import (
     associate_sets,
     binary_m_step,
     program_energy,
     search_program,
 )
-from inference.numpyro_baselines import map_associate
-from inference.optimize import lbfgs_minimize
+from inference.gvq.em import fit_gvq
+from inference.program.energy import quadratic_energy
+from inference.program.optimize import lbfgs_minimize
 from ppl_models import gvq
 
 

@@ -10,7 +10,7 @@ import numpyro.distributions as dist
 import pytest
 
 from inference import associate, fit_gvq
-from inference.gvq import m_step, match_features
+from inference.gvq.em import m_step, match_features
 from ppl_models import gvq
 
 

@@ -7,15 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from inference import associate, fit_gvq, numpyro_baselines
-from inference.cli import main
-from inference.gvq import m_step, match_features
-from inference.numpyro_baselines import (
+from inference import associate, fit_gvq
+from inference.app.cli import main
+from inference.gvq import baselines as numpyro_baselines
+from inference.gvq.baselines import (
     MAX_MCMC_FEATURES,
     GVQMCMCResult,
     fit_gvq_mcmc,
     relabel_samples,
 )
+from inference.gvq.em import m_step, match_features
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning
 

@@ -18,7 +18,7 @@ from numpyro import handlers
 from numpyro.infer.util import log_density
 from scipy import stats
 
-from inference.handlers import noiseless, observation_noise
+from inference.program.handlers import noiseless, observation_noise
 from ppl_models import gvq
 
 NUM_EXAMPLES, DIM = 3, 2

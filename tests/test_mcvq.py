@@ -1,4 +1,4 @@
-"""MCVQ: the program (ppl_models.mcvq) and its variational EM (inference.mcvq).
+"""MCVQ: the program (ppl_models.mcvq) and its variational EM (inference.mcvq.em).
 
 The central check: the free energy fit_mcvq lowers is the negative ELBO that NumPyro
 computes for the program under the factorised guide (g shared, m per example),
@@ -17,8 +17,7 @@ import pytest
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
-from inference.handlers import noiseless, observation_noise
-from inference.mcvq import (
+from inference.mcvq.em import (
     MCVQResult,
     fit_mcvq,
     free_energy,
@@ -27,6 +26,7 @@ from inference.mcvq import (
     linear_schedule,
     reconstruct,
 )
+from inference.program.handlers import noiseless, observation_noise
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -396,7 +396,7 @@ def test_iteration_from_statistics_equals_the_reference_terms():
     new mean, two-pass) and F_T, each against its direct form on the (N, D, K, J)
     terms read from the program.
     """
-    from inference import mcvq as em
+    from inference.mcvq import em
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)

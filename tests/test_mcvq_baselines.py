@@ -1,9 +1,9 @@
-"""NumPyro SVI baselines on the MCVQ program (inference.mcvq_baselines; seed 004 sec. 2-3).
+"""NumPyro SVI baselines on the MCVQ program (inference.mcvq.baselines; seed 004 sec. 2-3).
 
 Exact checks: the enumerable form of the program has the default form's log-density;
 NumPyro's TraceEnum_ELBO loss with r and s enumerated is minus the log-likelihood
 summed by brute force over every (r, s); with the mean-field guide enumerated it is
-the paper's free energy F (inference.mcvq.free_energy, T = N). Then a planted check
+the paper's free energy F (inference.mcvq.em.free_energy, T = N). Then a planted check
 that both SVI baselines learn, and bad input.
 """
 
@@ -16,8 +16,7 @@ import pytest
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
-from inference.mcvq import free_energy
-from inference.mcvq_baselines import (
+from inference.mcvq.baselines import (
     MAX_ENUMERATED_TERMS,
     check_enumerable,
     enumerated_loss,
@@ -27,6 +26,7 @@ from inference.mcvq_baselines import (
     fit_variational,
     score_mcvq,
 )
+from inference.mcvq.em import free_energy
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -127,7 +127,7 @@ def test_trace_enum_loss_is_exact_negative_log_likelihood():
 
 
 def test_meanfield_loss_is_the_free_energy():
-    """The mean-field guide's TraceEnum_ELBO loss = F_N of inference.mcvq.free_energy."""
+    """The mean-field guide's TraceEnum_ELBO loss = F_N of inference.mcvq.em.free_energy."""
     with jax.enable_x64(True):
         p = _tiny(np.random.default_rng(3), num=4, dim=5, num_vqs=3, num_states=3)
         loss = float(enumerated_loss(p["x"], p["mu"], p["sigma"], g=p["g"], m=p["m"],
@@ -266,7 +266,7 @@ def test_bad_data_and_limits(planted):
 @pytest.mark.slow  # about 40 s: every learner compiled once
 def test_compare_mcvq_rows_and_files(tmp_path):
     """``ppl-zoo compare mcvq`` (tiny settings): one row per learner, CSV, JSON and PNG."""
-    from inference.compare import run_comparison, save_comparison
+    from inference.app.compare import run_comparison, save_comparison
 
     result = run_comparison("mcvq", quick=True, progress_bar=False, num_examples=40, dim=6,
                             num_vqs=2, num_states=3, em_iterations=40, svi_steps=60)

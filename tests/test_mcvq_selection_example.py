@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from inference.model_selection_mcvq import num_parameters
+from inference.mcvq.selection import num_parameters
 
 
 @pytest.fixture(scope="module")

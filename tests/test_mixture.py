@@ -12,10 +12,10 @@ from numpyro.infer.util import log_density
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
-from inference import mixture as mixture_fit
-from inference.handlers import noiseless
-from inference.mixture import component_log_joint, criteria, fit_mixture
-from inference.mixture_selection import compare_criteria, num_parameters, select_num_components
+from inference.mixture import em as mixture_fit
+from inference.mixture.em import component_log_joint, criteria, fit_mixture
+from inference.mixture.selection import compare_criteria, num_parameters, select_num_components
+from inference.program.handlers import noiseless
 from ppl_models import mixture as mx
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 
@@ -353,7 +353,7 @@ def test_kmeans_needs_no_d_plus_one_points_and_pruning_everything_is_an_error():
 def test_moment_form_is_distrusted_where_it_is_indefinite_though_no_diagonal_cancels():
     """The full moment form E[z z^T] - mu mu^T can be indefinite with every diagonal
     ratio E[z_i^2] / Var_i small (here 10): the M-step must then recompute the scatter."""
-    from inference.mixture import _moment_form, _State
+    from inference.mixture.em import _moment_form, _State
 
     mean = np.array([3.0, 3.0])
 

@@ -14,10 +14,8 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import multivariate_normal
 
-from inference.compare import save_comparison
-from inference.compare_mixture import compare_mixture
-from inference.mixture import component_log_joint, criteria, fit_mixture
-from inference.mixture_baselines import (
+from inference.app.compare import save_comparison
+from inference.mixture.baselines import (
     MAX_MCMC_EXAMPLES,
     align_draws,
     fit_mixture_mcmc,
@@ -25,6 +23,8 @@ from inference.mixture_baselines import (
     mixture_loo,
     posterior_predictive_log_likelihood,
 )
+from inference.mixture.compare import compare_mixture
+from inference.mixture.em import component_log_joint, criteria, fit_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -197,7 +197,7 @@ def test_compare_mixture_runs_and_writes_its_table(tmp_path):
 
 @pytest.mark.slow
 def test_compare_mixture_quick_cli(tmp_path):
-    from inference.cli import main
+    from inference.app.cli import main
 
     assert main(["compare", "mixture", "--quick", "--no-progress", "--output-dir",
                  str(tmp_path)]) == 0

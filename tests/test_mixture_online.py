@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from inference.mixture import component_log_joint, fit_mixture
-from inference.mixture_online import fit_online, init, run, step, stream_order
+from inference.mixture.em import component_log_joint, fit_mixture
+from inference.mixture.online import fit_online, init, run, step, stream_order
 from ppl_models import mixture as mx
 
 

@@ -1,4 +1,4 @@
-"""inference.model_selection: VB bound, CV, training fit, BIC and PSIS-LOO (issue 8).
+"""inference.app.selection: VB bound, CV, training fit, BIC and PSIS-LOO (issue 8).
 
 Robustness of the planted MCVQ check, measured (``num_restarts=8``, candidates
 (2, 3), (3, 3), (4, 3), data ``ppl_models.mcvq.generate(key(seed), 100, 12, 3, 3)``,
@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inference import model_selection_mcvq as ms_mcvq
-from inference.mcvq import fit_mcvq
-from inference.mcvq_baselines import exact_log_likelihood
-from inference.model_selection import CRITERIA, model_selection
+from inference.app.selection import CRITERIA, model_selection
+from inference.mcvq import selection as ms_mcvq
+from inference.mcvq.baselines import exact_log_likelihood
+from inference.mcvq.em import fit_mcvq
 from ppl_models import mcvq, mixture
 
 CANDIDATES = [(2, 3), (3, 3), (4, 3)]

@@ -10,8 +10,8 @@ from jax.scipy.special import logsumexp
 from jax.scipy.stats import norm
 
 from inference import fit_gvq
-from inference.gvq import GVQResult, match_features
-from inference.numpyro_baselines import fit_gvq_svi
+from inference.gvq.baselines import fit_gvq_svi
+from inference.gvq.em import GVQResult, match_features
 from ppl_models import gvq
 
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from inference import reproduce
-from inference.cli import main
-from inference.reproduce_registry import EXPERIMENTS, VERDICTS
+from inference.app import reproduce
+from inference.app.cli import main
+from inference.app.experiments import EXPERIMENTS, VERDICTS
 
 FINDING_FIELDS = {"experiment", "claim", "paper", "ours", "verdict", "detail", "command",
                   "seconds"}

@@ -1,4 +1,4 @@
-"""Sharding along the example axis (inference.sharding; DESIGN.md "Scale", issue 9).
+"""Sharding along the example axis (inference.engine.sharding; DESIGN.md "Scale", issue 9).
 
 The sharded fits run in ONE subprocess with four simulated CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=4`` must be set before JAX
@@ -23,14 +23,14 @@ import pytest
 from jax.sharding import Mesh
 
 from inference import associate, fit_clipped_gaussian, fit_gvq, fit_mcvq, fit_mixture
-from inference import association as association_module
-from inference import clipped_gaussian as clipped_module
-from inference import gvq as gvq_module
-from inference import mcvq as mcvq_module
-from inference import mixture as mixture_module
-from inference import mixture_sharded as mixture_sharded_module
-from inference.clipped_gaussian import empirical_moments
-from inference.sharding import pad_examples, resolve_mesh
+from inference.association import core as association_module
+from inference.clipped import fit as clipped_module
+from inference.clipped.fit import empirical_moments
+from inference.engine.sharding import pad_examples, resolve_mesh
+from inference.gvq import em as gvq_module
+from inference.mcvq import em as mcvq_module
+from inference.mixture import em as mixture_module
+from inference.mixture import sharded as mixture_sharded_module
 from ppl_models.diagnostics import ConvergenceWarning
 
 RTOL = 1e-4
@@ -42,7 +42,7 @@ WORKER = textwrap.dedent("""
     import jax, numpy as np
     from jax.sharding import Mesh
     from inference import associate, fit_clipped_gaussian, fit_gvq, fit_mcvq, fit_mixture
-    from inference.sharding import resolve_mesh
+    from inference.engine.sharding import resolve_mesh
 
     data = dict(np.load(sys.argv[1]))
     calls = json.loads(sys.argv[3])

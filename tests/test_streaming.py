@@ -11,10 +11,11 @@ import jax
 import numpy as np
 import pytest
 
-from inference import streaming
-from inference.mixture import fit_mixture
-from inference.mixture_online import fit_online, init, stream_order
-from inference.streaming import BatchSource, fit_mixture_stream, fit_online_stream
+from inference.engine.streaming import BatchSource, is_stream
+from inference.mixture import stream as streaming
+from inference.mixture.em import fit_mixture
+from inference.mixture.online import fit_online, init, stream_order
+from inference.mixture.stream import fit_mixture_stream, fit_online_stream
 from ppl_models import mixture as mx
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -231,9 +232,9 @@ def test_is_stream_tells_sources_from_arrays(tmp_path):
     x = np.zeros((4, 2))
     mapped = np.memmap(tmp_path / "x.dat", dtype=np.float32, mode="w+", shape=(4, 2))
     for source in (mapped, lambda: iter([x]), iter([x]), [x, x], BatchSource(x)):
-        assert streaming.is_stream(source)
+        assert is_stream(source)
     for array in (x, x.tolist(), jax.numpy.asarray(x), []):
-        assert not streaming.is_stream(array)
+        assert not is_stream(array)
 
 
 def test_fit_mixture_dispatches_streams_and_rejects_devices_for_them(tmp_path):

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 from inference import BatchSource, fit_clipped_gaussian, fit_gvq, fit_mcvq
-from inference.streaming_fits import (
-    fit_clipped_gaussian_stream,
-    fit_gvq_stream,
-    fit_mcvq_stream,
-)
+from inference.clipped.stream import fit_clipped_gaussian_stream
+from inference.gvq.stream import fit_gvq_stream
+from inference.mcvq.stream import fit_mcvq_stream
 from ppl_models import clipped_gaussian as cg
 from ppl_models import gvq, mcvq
 

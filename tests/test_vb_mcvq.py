@@ -1,4 +1,4 @@
-"""Variational Bayes MCVQ with pruning (inference.vb_mcvq, ppl_models.mcvq bayesian=True).
+"""Variational Bayes MCVQ with pruning (inference.mcvq.vb, ppl_models.mcvq bayesian=True).
 
 Pruning outcome, measured with the defaults (conditional family, T = 1,
 prune_threshold 1e-3, tol 1e-5, data-derived priors), started at K = 6, J = 6
@@ -22,8 +22,8 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import Trace_ELBO
 
-from inference import vb_mcvq as vb
-from inference.vb_mcvq import fit_vb_mcvq
+from inference.mcvq import vb
+from inference.mcvq.vb import fit_vb_mcvq
 from ppl_models import mcvq
 
 #: One compiled VB step shared by the tests that step by hand.
@@ -227,7 +227,7 @@ def test_moves_raise_the_bound_where_coordinate_ascent_stalls(seed):
 
 
 def test_move_proposals_of_removed_vqs_score_minus_infinity(planted):
-    from inference import vb_mcvq_moves
+    from inference.mcvq import vb_moves as vb_mcvq_moves
 
     x = planted.x
     mask = jnp.ones(x.shape, bool)

@@ -1,4 +1,4 @@
-"""Variational Bayes Gaussian mixture (inference.vb_mixture, ppl_models.vb_mixture).
+"""Variational Bayes Gaussian mixture (inference.mixture.vb, ppl_models.vb_mixture).
 
 Pruning outcome, measured with the default settings (prune_threshold 1e-5,
 max_iterations 500, tol 1e-7, data-derived priors, covariance "full"), started
@@ -25,8 +25,8 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import Trace_ELBO
 
-from inference import vb_mixture as vb
-from inference.vb_mixture import fit_vb_mixture
+from inference.mixture import vb
+from inference.mixture.vb import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models import vb_mixture as program
 from ppl_models.diagnostics import ConvergenceWarning

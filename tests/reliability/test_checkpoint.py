@@ -1,4 +1,4 @@
-"""Checkpoint and resume of the iterative fits (inference.checkpoint, issue 10).
+"""Checkpoint and resume of the iterative fits (inference.engine.checkpoint, issue 10).
 
 For every fit that checkpoints: the fit written in chunks of k iterations equals
 the uninterrupted fit bit for bit; a fit interrupted by ``KeyboardInterrupt``
@@ -23,7 +23,10 @@ import jax
 import numpy as np
 import pytest
 
-from inference import checkpoint, gvq, mcvq, mixture, persistence
+from inference.engine import checkpoint, persistence
+from inference.gvq import em as gvq
+from inference.mcvq import em as mcvq
+from inference.mixture import em as mixture
 from ppl_models import gvq as gvq_model
 from ppl_models import mcvq as mcvq_model
 from ppl_models.datasets import shapes
@@ -142,7 +145,7 @@ def test_write_interrupted_keeps_the_previous_checkpoint(mcvq_data, tmp_path, mo
 KILLED_SCRIPT = textwrap.dedent("""
     import sys, time
     import jax, numpy as np
-    from inference import mcvq
+    from inference.mcvq import em as mcvq
     from ppl_models import mcvq as mcvq_model
 
     original = mcvq._advance_restarts
@@ -381,7 +384,8 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
     """Seed 7 of tests/test_vb_mcvq.py, where two moves are accepted: interrupted in the
     main loop (after two chunks) and in the move rounds (at the third search), resumed,
     it matches the uninterrupted fit; so does the fit written in chunks."""
-    from inference import vb_mcvq, vb_mcvq_moves
+    from inference.mcvq import vb as vb_mcvq
+    from inference.mcvq import vb_moves as vb_mcvq_moves
 
     x = np.asarray(mcvq_model.generate(jax.random.key(7), 100, 12, 3, 4).x)
     options = dict(rng_key=jax.random.key(107))
@@ -413,7 +417,9 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
 
 def _svi_case(which):
     """(module of the fit, ``run(**options)``) of a small SVI fit of each wrapper."""
-    from inference import mcvq_baselines, mixture_baselines, numpyro_baselines
+    from inference.gvq import baselines as numpyro_baselines
+    from inference.mcvq import baselines as mcvq_baselines
+    from inference.mixture import baselines as mixture_baselines
 
     if which == "gvq":
         x = np.asarray(gvq_model.generate_planted(jax.random.key(11), 30, 3, 6,
@@ -443,7 +449,7 @@ def _svi_case(which):
     pytest.param("mcvq_meanfield", marks=pytest.mark.slow),
 ])
 def test_svi_chunks_and_resume_are_bit_identical(which, tmp_path, monkeypatch):
-    """The shared chunked SVI loop (inference.checkpoint.svi_advance): the SVI state
+    """The shared chunked SVI loop (inference.engine.checkpoint.svi_advance): the SVI state
     carries its key and the optimiser's step count, so chunks and a resumed run
     take exactly the uninterrupted run's steps."""
     module, run = _svi_case(which)

@@ -31,12 +31,12 @@ from inference import (
     fit_vb_mixture,
     load,
 )
-from inference.association import METHODS, _load_methods
-from inference.clipped_baselines import fit_clipped_mcmc, fit_clipped_svi
-from inference.mcvq_baselines import fit_mcvq_svi
-from inference.mixture_baselines import fit_mixture_mcmc, fit_mixture_svi
-from inference.mixture_online import fit_online
-from inference.numpyro_baselines import fit_gvq_mcmc, fit_gvq_svi
+from inference.association.core import METHODS, _load_methods
+from inference.clipped.baselines import fit_clipped_mcmc, fit_clipped_svi
+from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi
+from inference.mcvq.baselines import fit_mcvq_svi
+from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi
+from inference.mixture.online import fit_online
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture
 from ppl_models.diagnostics import ConvergenceWarning
 

@@ -1,6 +1,6 @@
 """Fuzzing the command line and the file loaders (issue 10).
 
-* 200 random argument lists run in-process through ``inference.cli.main``; each
+* 200 random argument lists run in-process through ``inference.app.cli.main``; each
   must end in argparse's ``SystemExit`` (with a usage message), an int exit
   status, or a ``ValueError``/``TypeError``: never another exception from deep
   inside JAX. The long-running commands (``compare MODEL``, ``reproduce``) are
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inference import cli
+from inference.app import cli
 from ppl_models.datasets import ratings
 
 RATINGS = Path(__file__).resolve().parents[1] / "data" / "ratings_small.csv"
@@ -37,7 +37,7 @@ TOKENS = ["compare", "list", "reproduce", "gvq", "mixture", "mcvq", "clipped", "
 @pytest.fixture
 def stubbed(monkeypatch, tmp_path):
     """Stubs for the commands that would run experiments; the working folder is tmp_path."""
-    from inference import compare, reproduce
+    from inference.app import compare, reproduce
 
     def fake_run(name, *, rng_key, quick, progress_bar):
         assert isinstance(name, str) and isinstance(quick, bool)

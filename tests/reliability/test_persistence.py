@@ -1,4 +1,4 @@
-"""Saving and loading results (inference.persistence): round trips, refusals, no pickle.
+"""Saving and loading results (inference.engine.persistence): round trips, refusals, no pickle.
 
 Every result class listed in ``persistence.RESULT_CLASSES`` gets a ``save``
 method; the round trip is checked on real results of tiny fits, field by field
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import inference
-from inference import persistence
-from inference.persistence import PersistenceError
+from inference.engine import persistence
+from inference.engine.persistence import PersistenceError
 from ppl_models import gvq as gvq_model
 from ppl_models import mcvq as mcvq_model
 from ppl_models import mixture as mixture_model
@@ -71,7 +71,7 @@ def _tiny_results():
     out["fit_gvq"] = inference.fit_gvq(planted.x, 3, rng_key=keys[1], num_iterations=5)
     mixture = mixture_model.generate(keys[2], num_examples=120, num_components=3, dim=2)
     out["fit_mixture"] = inference.fit_mixture(mixture.x, 3, rng_key=keys[3])
-    from inference.mixture_online import fit_online
+    from inference.mixture.online import fit_online
     out["fit_online"] = fit_online(mixture.x, 3, rng_key=keys[3])
     out["select_num_components"] = inference.select_num_components(
         mixture.x, [2, 3], rng_key=keys[3])
@@ -207,7 +207,7 @@ def test_newer_format_version_is_refused(saved):
 
 
 def test_class_fields_changed_is_refused(saved, monkeypatch):
-    from inference import mixture
+    from inference.mixture import em as mixture
 
     class Renamed(tuple):
         _fields = ("weights",)

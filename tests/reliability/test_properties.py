@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from numpyro import handlers
 
 from inference import associate, fit_gvq, fit_mcvq, fit_mixture, fit_vb_mixture
-from inference.energy import quadratic_energy
+from inference.program.energy import quadratic_energy
 from ppl_models import gvq, mcvq, mixture
 from ppl_models.diagnostics import ConvergenceWarning
 

@@ -32,13 +32,13 @@ from inference import (
     fit_vb_mixture,
     model_selection,
 )
-from inference.clipped_baselines import fit_clipped_mcmc, fit_clipped_svi
-from inference.mcvq_baselines import fit_mcvq_svi
-from inference.mixture_baselines import fit_mixture_mcmc, fit_mixture_svi
-from inference.mixture_online import fit_online
-from inference.mixture_selection import compare_criteria, select_num_components
-from inference.numpyro_baselines import fit_gvq_mcmc, fit_gvq_svi, gibbs_associate, map_associate
-from inference.streaming import fit_mixture_stream, fit_online_stream
+from inference.clipped.baselines import fit_clipped_mcmc, fit_clipped_svi
+from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi, gibbs_associate, map_associate
+from inference.mcvq.baselines import fit_mcvq_svi
+from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi
+from inference.mixture.online import fit_online
+from inference.mixture.selection import compare_criteria, select_num_components
+from inference.mixture.stream import fit_mixture_stream, fit_online_stream
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture
 from ppl_models import vb_mixture as vb_program
 from ppl_models.datasets import causes, ratings, shapes, text

@@ -1,0 +1,584 @@
+"""Association on the directed graph s -> x of GVQ: directed BP (DBP) and belief revision (DBR).
+
+Seed 000 sec. 4.2 and App. D-E (``shared/MODELS.md`` 1.3). The joint
+p(x, s) = p(s) prod_a p(x_a | s) (eq. 9) is a bipartite directed graph: hidden
+unit S_j is a parent of visible unit X_a when F[j, a] != 0. Messages flow both
+ways along its edges: rho_{j->a}(s_j) from parent to child (eq. 32) and
+lambda_{a->j}(s_j) from child to parent (eq. 31). One iteration (App. D)
+computes every lambda from the current rho, then every rho from the new
+lambda (a parallel, "flooding" schedule, so both methods are deterministic),
+then sets s_j from the belief pi(s_j) prod_a lambda_{a->j}(s_j) (eq. 33, 37).
+Both keep the lowest-energy state visited.
+
+* ``"dbr"`` (sec. 4.2.2, App. E, eq. 36-37), the sigma -> 0 limit: max-product,
+  kept here as min-sum in energy units (-2 log of the paper's messages with its
+  sigma = 1; the max and sum operations are homogeneous, so the states do not
+  depend on that scale). With r = x_a - F[j, a] s_j - sum_k F[k, a] s'_k,
+      lambda_{a->j}(s_j) = min_{s' of Pa(a)\\j} [ r^2 + sum_k mu_{k->a}(s'_k) ],
+      mu_{j->a}(s_j)     = c_j s_j + sum_{b in Ch(j)\\a} lambda_{b->j}(s_j),
+      s_j = argmin_s [ c_j s + sum_a lambda_{a->j}(s) ]     (ties -> 0),
+  where mu = -2 log rho and c_j is the prior's linear term (0 for the paper's
+  p(s_j) = 1/2). Each message is stored as its difference m(1) - m(0). The
+  minimum runs over the 2^K joint states of a visible unit's K parents: the
+  cost is O(d 2^K K) per example and iteration, exponential in the number of
+  parents, so DBR is for sparse F only (sec. 4.2.2); :func:`validate_dbr`
+  refuses 2^K above ``max_states``. Iterates until no message changes by more
+  than ``tol`` (relative to the largest squared residual) or ``max_iterations``.
+  Exact on graphs without cycles; the paper (sec. 4.3.1) finds it exact at zero
+  noise for sparse F.
+* ``"dbp"`` (sec. 4.2.1, App. D, eq. 31-35), annealed sum-product. The sum over
+  the other parents' states in eq. 31 is made linear in the number of parents
+  by the Gaussian integral (eq. 34)
+      exp(-u^2 / (2 sigma^2)) = pi^{-1/2} int dy exp(-y^2 + i sqrt(2) y u / sigma),
+  which factorises the sum over s' into
+      lambda_{a->j}(s_j) ∝ int dy e^{-y^2} e^{i t y (x_a - F[j,a] s_j)}
+                           prod_{k in Pa(a)\\j} [rho_k(0) + rho_k(1) e^{-i t y F[k,a]}],
+  t = sqrt(2) / sigma. *(corrected)*: the paper's eq. 35 drops the sqrt(2) and
+  has e^{+i y f/sigma} in the product, which does not match its own
+  u = x - f_j s_j - sum_k f_k s_k. The integral is a Gauss-Hermite sum over
+  ``num_nodes`` = Q nodes, in complex arithmetic: O(n d Q) per example and
+  iteration. rho_{j->a}(s_j) ∝ pi(s_j) prod_{b != a} lambda_{b->j}(s_j) is kept
+  as a log-odds, so rho(0) + rho(1) = 1; pi is the program's prior on s.
+  Annealing (App. D): sigma <- sigma / alpha after every iteration with the
+  paper's alpha = 2, from ``start_sigma`` (default 1, half the mean feature
+  weight 2 of sec. 4.3.1, where the posterior still spreads over many states)
+  for ``num_iterations``; the last iteration runs at
+  ``start_sigma / 2^(num_iterations - 1)``.
+
+  Where it breaks down: the quadrature returns lambda (a number in [0, 1]) as
+  a sum of O(1) oscillating terms, so its absolute error is the quadrature
+  error, and never below the float epsilon. An entry whose true value (about
+  exp(-u^2 / (2 sigma^2)) at the best other-parent states) is smaller comes
+  out as noise, often <= 0: it is clamped to the smallest positive float and
+  counted (:class:`DBPInfo` ``clamped``), and ``converged`` is False for an
+  example with a clamped entry in its last iteration. In float32 that is
+  u^2 / (2 sigma^2) > ~16: the wrong value of s_j (|u| ~ |F[j, a]| ~ 2) is lost
+  below sigma ~ 0.35 (the clamp then still favours the right value), and both
+  values are lost once sigma is below the residual of the best state. More
+  nodes push the quadrature error down, but not below that floor. Measured on
+  the problems of sec. 4.3.1 (n = 12, d = 4, two parents per visible unit,
+  F ~ N(2, 1), noise variance 0.1; 20 F x 10 examples; the default schedule):
+  the fraction of lambda entries clamped in the iteration at each sigma, and
+  the fraction of examples whose lowest energy visited is the exact minimum:
+
+      sigma        1     0.5    0.25   0.125  0.0625  0.031  <= 0.016   = exact
+      Q = 16     0.03   0.24   0.35   0.36   0.46    0.51    ~0.5      0.885
+      Q = 64     0      0.04   0.24   0.35   0.37    0.48    ~0.5      0.995
+      Q = 256    0      0.03   0.11   0.27   0.37    0.43    ~0.5      1.000
+
+  (In float64 Q = 256 clamps 0.002 at sigma = 0.5 and the same as float32
+  from sigma = 0.25 down.) Against float64 enumeration of eq. 31 with the
+  same rho, the sign of lambda(1) / lambda(0) - 1 from Q = 64 is right for 100 %
+  of the entries at sigma = 0.5, 97 % at 0.25, 85 % at 0.125, 65 % at 0.0625 and
+  42 % at 0.031. So DBP is a sum-product method down to sigma ~ 0.5 with
+  Q = 64, a noisy heuristic to sigma ~ 0.125 and noise below; the best state is
+  found by sigma ~ 0.25 (0.99 of examples) and the later iterations of the
+  default schedule rarely improve it, and with the defaults nearly every
+  example ends with ``converged`` False. This is the paper's remark (sec.
+  4.3.1) that retaining the accuracy of the transform at small sigma became
+  computationally burdensome.
+
+Both methods read the energy from the program (:class:`AssociationProblem`):
+the prior of each unit is the program's linear term minus the likelihood's,
+sum_a F[j, a]^2 - 2 F[j] . x (offsets below 1e-5 of that scale are rounding
+and set to 0). The graph is that of the likelihood ||x - s @ F||^2; a
+program with further couplings between the units is outside these methods.
+
+References
+----------
+Westerdijk, Barber, Wiegerinck, "Deterministic Generative Models for Fast
+Feature Discovery", sec. 4.2, App. D (eq. 31-35), App. E (eq. 36-37).
+Pearl, "Probabilistic Reasoning in Intelligent Systems" (1988), ch. 4-5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference.association.core import (
+    METHODS,
+    AssociationMethod,
+    AssociationProblem,
+    AssociationResult,
+    check_options,
+)
+from ppl_models.validation import check_positive, check_positive_int, is_traced
+
+__all__ = ["DBRState", "DBRInfo", "dbr_init", "dbr_step", "run_dbr", "validate_dbr",
+           "DBPState", "DBPInfo", "dbp_init", "dbp_step", "run_dbp", "validate_dbp",
+           "parent_lists", "DBR_MAX_STATES"]
+
+#: App. E gives no number. On sec. 4.3.1's problems (noise variance 0.1, 200 examples per k)
+#: DBR settles in a median of 3 (k = 2), 5 (k = 4) and 10 (k = 6) iterations, and within 30
+#: for 99.5 %, 95.5 % and 71.5 % of the examples.
+DBR_MAX_ITERATIONS = 30
+#: Messages changing by less than this, relative to the largest squared residual, are settled.
+DBR_TOL = 1e-6
+#: Joint parent states enumerated per visible unit: 2^12, the n = 12 of sec. 4.3.1.
+DBR_MAX_STATES = 2**12
+#: App. D: sigma <- sigma / alpha after every iteration, "in our experiments we use alpha = 2".
+DBP_ALPHA = 2.0
+#: Half the mean feature weight of sec. 4.3.1 (F ~ N(2, 1)); see the module docstring.
+DBP_START_SIGMA = 1.0
+#: 12 halvings from sigma = 1 end near 5e-4, the order of App. A's final sigma (1e-4).
+DBP_NUM_ITERATIONS = 12
+#: Gauss-Hermite nodes; the module docstring's table shows where they stop being enough.
+DBP_NUM_NODES = 64
+#: A rho message that moves by less than this probability in the last iteration has settled.
+DBP_TOL = 1e-3
+#: Prior offsets below this fraction of the likelihood's linear scale are rounding.
+_PRIOR_SNAP = 1e-5
+
+
+def parent_lists(features, max_parents: int):
+    """Parents of every visible unit, padded to ``max_parents`` (jittable).
+
+    Parameters
+    ----------
+    features : array (n, d)
+        F; hidden unit j is a parent of visible unit a when F[j, a] != 0.
+    max_parents : int
+        K, static. Parents beyond the first K (in index order) are dropped.
+
+    Returns
+    -------
+    parents : int32 array (d, K)
+        Parent indices, real parents first; padding slots hold other indices.
+    mask : bool array (d, K)
+        Which slots are real parents.
+    """
+    connected = (features != 0).T  # (d, n)
+    order = jnp.argsort(~connected, axis=1, stable=True)[:, :max_parents]
+    return order.astype(jnp.int32), jnp.take_along_axis(connected, order, axis=1)
+
+
+def _max_parents(features) -> int:
+    """Largest number of parents of a visible unit, for concrete features."""
+    return int(np.max(np.sum(np.asarray(features) != 0, axis=0), initial=0))
+
+
+def _prior_offset(linear, x, features):
+    """The prior's linear term c (num_examples, n): the program's h minus the likelihood's."""
+    sq = jnp.sum(jnp.square(features), axis=1)
+    likelihood = sq - 2.0 * x @ features.T
+    offset = linear - likelihood
+    scale = sq + 2.0 * jnp.abs(x) @ jnp.abs(features).T + 1.0
+    return jnp.where(jnp.abs(offset) <= _PRIOR_SNAP * scale, 0.0, offset)
+
+
+def _joint_states(num_parents: int, dtype):
+    """All 2^K parent states (2^K, K); row i holds the bits of i, bit j in column j."""
+    index = np.arange(1 << num_parents)[:, None]
+    return jnp.asarray((index >> np.arange(num_parents)) & 1, dtype)
+
+
+# ----------------------------------------------------------------------------- DBR
+
+
+class DBRState(NamedTuple):
+    """State of directed belief revision.
+
+    Attributes
+    ----------
+    messages : array (num_examples, d, K)
+        lambda_{a->j}(1) - lambda_{a->j}(0) for the k-th parent j of visible
+        unit a (:func:`parent_lists`), in energy units; 0 on padding slots.
+    prior : array (num_examples, n)
+        c: the prior's linear term per unit (energy units; 0 for p = 1/2).
+    beliefs : array (num_examples, n)
+        c_j + sum_a messages into j. On a tree, once settled, the difference of
+        min-marginal energies min_{s: s_j = 1} E(s) - min_{s: s_j = 0} E(s).
+    states : int32 array (num_examples, n)
+        s_j = [beliefs_j < 0], the current states.
+    best_states : int32 array (num_examples, n)
+        Lowest-energy states visited.
+    best_energy : array (num_examples,)
+        Their energies (quadratic form).
+    converged : bool array (num_examples,)
+        No message changed by more than ``tol`` in the last iteration, and no
+        visible unit has more parents than K.
+    """
+
+    messages: jax.Array
+    prior: jax.Array
+    beliefs: jax.Array
+    states: jax.Array
+    best_states: jax.Array
+    best_energy: jax.Array
+    converged: jax.Array
+
+
+class DBRInfo(NamedTuple):
+    """Per iteration.
+
+    Attributes
+    ----------
+    energy : array (num_examples,)
+        Energy of the current states (quadratic form).
+    change : array (num_examples,)
+        Largest change of a lambda message.
+    """
+
+    energy: jax.Array
+    change: jax.Array
+
+
+def dbr_init(problem: AssociationProblem, *, max_parents: int | None = None) -> DBRState:
+    """Zero lambda messages (rho = the prior), states from the prior alone.
+
+    Parameters
+    ----------
+    problem : AssociationProblem
+    max_parents : int, optional
+        K, the number of parent slots per visible unit (static): at least the
+        largest number of parents. Default: the true maximum when the features
+        are concrete, else n (all 2^n states: pass it under ``jit``).
+    """
+    features, x = problem.features, problem.x
+    num_features, dim = features.shape
+    if max_parents is None:
+        max_parents = num_features if is_traced(features) else _max_parents(features)
+    max_parents = max(1, min(int(max_parents), num_features))
+    prior = _prior_offset(problem.energy.linear, x, features)
+    states = (prior < 0).astype(jnp.int32)
+    energy = problem.energy(states)
+    num_examples = x.shape[0]
+    return DBRState(
+        messages=jnp.zeros((num_examples, dim, max_parents), x.dtype), prior=prior,
+        beliefs=prior, states=states, best_states=states, best_energy=energy,
+        converged=jnp.zeros(num_examples, bool))
+
+
+def dbr_step(state: DBRState, problem: AssociationProblem, *, tol=DBR_TOL):
+    """One DBR iteration: all lambda from the current rho (eq. 36), then the states (eq. 37).
+
+    Returns
+    -------
+    (DBRState, DBRInfo)
+    """
+    features, x = problem.features, problem.x
+    num_features, dim = features.shape
+    max_parents = state.messages.shape[-1]
+    parents, mask = parent_lists(features, max_parents)
+    weights = jnp.where(mask, features[parents, jnp.arange(dim)[:, None]], 0.0)  # (d, K)
+    joint = _joint_states(max_parents, x.dtype)  # (2^K, K)
+    predictions = joint @ weights.T  # (2^K, d)
+
+    def scatter(messages):  # sum of the messages into each hidden unit
+        return jnp.zeros(num_features, x.dtype).at[parents].add(messages)
+
+    def update_one(x_row, prior, messages):
+        total = prior + scatter(messages)
+        mu = jnp.where(mask, total[parents] - messages, 0.0)  # (d, K): mu(1) - mu(0)
+        cost = jnp.square(x_row - predictions) + joint @ mu.T  # (2^K, d)
+        cost = cost.T.reshape((dim,) + (2,) * max_parents)  # axis K - k <-> bit k
+        new = []
+        for k in range(max_parents):
+            others = tuple(axis for axis in range(1, max_parents + 1) if axis != max_parents - k)
+            lowest = jnp.min(cost, axis=others)  # (d, 2): min over states with s_k = 0, 1
+            new.append(lowest[:, 1] - mu[:, k] - lowest[:, 0])
+        new = jnp.where(mask, jnp.stack(new, axis=1), 0.0)
+        return new, prior + scatter(new)
+
+    messages, beliefs = jax.vmap(update_one)(x, state.prior, state.messages)
+    states = (beliefs < 0).astype(jnp.int32)
+    energy = problem.energy(states)
+    better = energy < state.best_energy
+    change = jnp.max(jnp.abs(messages - state.messages), axis=(1, 2))
+    largest = jnp.max(jnp.abs(x) + jnp.sum(jnp.abs(features), axis=0), axis=1)
+    complete = jnp.max(jnp.sum(features != 0, axis=0)) <= max_parents
+    converged = (change <= tol * (1.0 + jnp.square(largest))) & complete
+    new_state = DBRState(
+        messages=messages, prior=state.prior, beliefs=beliefs, states=states,
+        best_states=jnp.where(better[:, None], states, state.best_states),
+        best_energy=jnp.where(better, energy, state.best_energy), converged=converged)
+    return new_state, DBRInfo(energy, change)
+
+
+def run_dbr(problem: AssociationProblem, *, rng_key=None, max_iterations=DBR_MAX_ITERATIONS,
+            tol=DBR_TOL, max_parents=None, max_states=DBR_MAX_STATES) -> AssociationResult:
+    """Directed belief revision (module docstring), jittable.
+
+    Parameters
+    ----------
+    problem : AssociationProblem
+    rng_key : ignored
+        DBR is deterministic.
+    max_iterations : int
+        Iterations at most (default 30); stops earlier when every example converged.
+    tol : float
+        Relative message tolerance of convergence (default 1e-6).
+    max_parents : int, optional
+        K (static), at least the largest number of parents of a visible unit;
+        the cost is O(d 2^K K), so passing the true maximum is much faster than
+        the default (n under ``jit``; see :func:`dbr_init`). If it is smaller,
+        edges are dropped and ``converged`` is False: inside EM, where F
+        changes under ``jit`` and :func:`validate_dbr` saw only the first F, it
+        must bound the parents of every F met (an M-step usually fills F in).
+    max_states : int
+        Checked by :func:`validate_dbr` (2^K must not exceed it); unused here.
+
+    Returns
+    -------
+    AssociationResult
+        ``trace`` (max_iterations,): mean energy of the current states after
+        each iteration, the last value repeated after an early stop.
+    """
+    del rng_key, max_states
+    state = dbr_init(problem, max_parents=max_parents)
+    trace = jnp.zeros(max_iterations, problem.x.dtype)
+
+    def cond(carry):
+        iteration, state, _ = carry
+        return (iteration < max_iterations) & ~jnp.all(state.converged)
+
+    def body(carry):
+        iteration, state, trace = carry
+        state, info = dbr_step(state, problem, tol=tol)
+        return iteration + 1, state, trace.at[iteration].set(jnp.mean(info.energy))
+
+    iterations, state, trace = jax.lax.while_loop(cond, body, (0, state, trace))
+    last = trace[jnp.maximum(iterations - 1, 0)]
+    trace = jnp.where(jnp.arange(max_iterations) < iterations, trace, last)
+    best = state.best_states
+    return AssociationResult(best, problem.exact_energy(best), state.converged, trace)
+
+
+def validate_dbr(features, options):
+    """Check the options of ``"dbr"`` on concrete features (before ``jit``).
+
+    Raises
+    ------
+    TypeError
+        Unknown option or wrong type.
+    ValueError
+        Non-positive ``max_iterations``/``tol``/``max_states``; ``max_parents``
+        below the largest number of parents or above n; 2^K above ``max_states``.
+    """
+    check_options(options, max_iterations=int, tol=(int, float), max_parents=int,
+                  max_states=int)
+    check_positive_int(options.get("max_iterations", DBR_MAX_ITERATIONS), "max_iterations")
+    check_positive(options.get("tol", DBR_TOL), "tol")
+    max_states = check_positive_int(options.get("max_states", DBR_MAX_STATES), "max_states")
+    num_features = int(features.shape[0])
+    largest = _max_parents(features)
+    if 2**largest > max_states:
+        raise ValueError(
+            f"dbr: a visible unit has {largest} parents: 2^{largest} = {2**largest} joint "
+            f"states exceed max_states={max_states}; DBR is exponential in the number of "
+            "parents and needs a sparse F (paper sec. 4.2.2): use 'mf', 'br' or 'dbp', or "
+            "raise max_states")
+    max_parents = options.get("max_parents")
+    if max_parents is not None:
+        check_positive_int(max_parents, "max_parents", maximum=num_features,
+                           why=" (num_features)")
+        if max_parents < largest:
+            raise ValueError(
+                f"max_parents must be at least the largest number of parents of a visible "
+                f"unit, {largest}; got {max_parents}")
+        slots = max_parents
+    else:
+        slots = num_features
+    if 2**slots > max_states:
+        raise ValueError(
+            f"dbr: max_parents={max_parents} enumerates 2^{slots} = {2**slots} joint states "
+            f"per visible unit, more than max_states={max_states}; pass "
+            f"max_parents={max(largest, 1)} (the largest number of parents here)")
+
+
+# ----------------------------------------------------------------------------- DBP
+
+
+class DBPState(NamedTuple):
+    """State of annealed directed belief propagation.
+
+    Attributes
+    ----------
+    messages : array (num_examples, n, d)
+        log rho_{j->a}(1) - log rho_{j->a}(0) (normalised: rho(0) + rho(1) = 1);
+        entries off the edges (F[j, a] = 0) are unused.
+    prior : array (num_examples, n)
+        log pi_j(1) - log pi_j(0), the program's prior (0 for p = 1/2).
+    beliefs : array (num_examples, n)
+        Log-odds of the belief pi(s_j) prod_a lambda_{a->j}(s_j) (eq. 33).
+    states : int32 array (num_examples, n)
+        s_j = [beliefs_j > 0].
+    best_states : int32 array (num_examples, n)
+        Lowest-energy states visited.
+    best_energy : array (num_examples,)
+        Their energies (quadratic form).
+    sigma : scalar array
+        The noise of the next iteration.
+    converged : bool array (num_examples,)
+        In the last iteration no lambda was clamped and no rho moved by more
+        than ``tol``.
+    """
+
+    messages: jax.Array
+    prior: jax.Array
+    beliefs: jax.Array
+    states: jax.Array
+    best_states: jax.Array
+    best_energy: jax.Array
+    sigma: jax.Array
+    converged: jax.Array
+
+
+class DBPInfo(NamedTuple):
+    """Per iteration.
+
+    Attributes
+    ----------
+    energy : array (num_examples,)
+        Energy of the current states.
+    change : array (num_examples,)
+        Largest change of a rho(1) message (a probability).
+    clamped : int32 array (num_examples,)
+        lambda entries (two per edge) whose quadrature came out <= 0 and were clamped.
+    clamped_fraction : array (num_examples,)
+        ``clamped`` over the number of entries, 2 x (number of edges).
+    sigma : scalar array
+        The noise this iteration ran at.
+    """
+
+    energy: jax.Array
+    change: jax.Array
+    clamped: jax.Array
+    clamped_fraction: jax.Array
+    sigma: jax.Array
+
+
+def dbp_init(problem: AssociationProblem, *, start_sigma=DBP_START_SIGMA) -> DBPState:
+    """rho = the prior pi, states from the prior, sigma = ``start_sigma``.
+
+    The prior is read from the program at noise 1 (``problem.tempered(1.0)``):
+    -2 log p(x, s) there is ||x - s @ F||^2 - 2 log p(s) + const.
+    """
+    features, x = problem.features, problem.x
+    dim = features.shape[1]
+    prior = -0.5 * _prior_offset(problem.tempered(1.0).linear, x, features)
+    states = (prior > 0).astype(jnp.int32)
+    energy = problem.energy(states)
+    return DBPState(
+        messages=jnp.repeat(prior[:, :, None], dim, axis=2), prior=prior, beliefs=prior,
+        states=states, best_states=states, best_energy=energy,
+        sigma=jnp.asarray(start_sigma, x.dtype), converged=jnp.zeros(x.shape[0], bool))
+
+
+def _exclusive_product(factors, axis):
+    """prod over ``axis`` of all the other entries, without division (prefix x suffix)."""
+    ones = jnp.ones_like(jax.lax.slice_in_dim(factors, 0, 1, axis=axis))
+    before = jnp.cumprod(jnp.concatenate(
+        [ones, jax.lax.slice_in_dim(factors, 0, -1, axis=axis)], axis=axis), axis=axis)
+    flipped = jnp.flip(factors, axis=axis)
+    after = jnp.cumprod(jnp.concatenate(
+        [ones, jax.lax.slice_in_dim(flipped, 0, -1, axis=axis)], axis=axis), axis=axis)
+    return before * jnp.flip(after, axis=axis)
+
+
+def dbp_step(state: DBPState, problem: AssociationProblem, *, num_nodes=DBP_NUM_NODES,
+             tol=DBP_TOL):
+    """One DBP iteration at ``state.sigma``: lambda (eq. 35), rho (eq. 32), states, sigma / 2.
+
+    Returns
+    -------
+    (DBPState, DBPInfo)
+    """
+    features, x = problem.features, problem.x
+    dtype = x.dtype
+    sigma = state.sigma
+    nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)
+    nodes = jnp.asarray(nodes, dtype)
+    weights = jnp.asarray(weights / math.sqrt(math.pi), dtype)
+    t = math.sqrt(2.0) * nodes / sigma  # (Q,)
+    edges = features != 0  # (n, d)
+    num_entries = jnp.maximum(2 * jnp.sum(edges), 1)
+    # e^{-i t y F[k, a]}: the factor of s_k = 1 in the product, and of s_j = 1 in front.
+    phase = jax.lax.complex(jnp.cos(t[:, None, None] * features),
+                            -jnp.sin(t[:, None, None] * features))  # (Q, n, d)
+    tiny = jnp.finfo(dtype).tiny
+
+    def update_one(x_row, prior, messages):
+        one = jax.nn.sigmoid(messages)
+        zero = jax.nn.sigmoid(-messages)
+        others = _exclusive_product(zero + one * phase, axis=1)  # (Q, n, d)
+        front = weights[:, None] * jax.lax.complex(jnp.cos(t[:, None] * x_row),
+                                                   jnp.sin(t[:, None] * x_row))  # (Q, d)
+        integrand = front[:, None, :] * others
+        lam0 = jnp.real(jnp.sum(integrand, axis=0))  # (n, d)
+        lam1 = jnp.real(jnp.sum(integrand * phase, axis=0))
+        clamped = jnp.sum(edges & (lam0 <= 0)) + jnp.sum(edges & (lam1 <= 0))
+        ratio = jnp.log(jnp.maximum(lam1, tiny)) - jnp.log(jnp.maximum(lam0, tiny))
+        ratio = jnp.where(edges, ratio, 0.0)
+        beliefs = prior + jnp.sum(ratio, axis=1)
+        return beliefs[:, None] - ratio, beliefs, clamped.astype(jnp.int32)
+
+    messages, beliefs, clamped = jax.vmap(update_one)(x, state.prior, state.messages)
+    states = (beliefs > 0).astype(jnp.int32)
+    energy = problem.energy(states)
+    better = energy < state.best_energy
+    moved = jnp.abs(jax.nn.sigmoid(messages) - jax.nn.sigmoid(state.messages))
+    change = jnp.max(jnp.where(edges, moved, 0.0), axis=(1, 2))
+    new_state = DBPState(
+        messages=messages, prior=state.prior, beliefs=beliefs, states=states,
+        best_states=jnp.where(better[:, None], states, state.best_states),
+        best_energy=jnp.where(better, energy, state.best_energy),
+        sigma=sigma / DBP_ALPHA, converged=(clamped == 0) & (change <= tol))
+    info = DBPInfo(energy, change, clamped, clamped / num_entries, sigma)
+    return new_state, info
+
+
+def run_dbp(problem: AssociationProblem, *, rng_key=None, start_sigma=DBP_START_SIGMA,
+            num_iterations=DBP_NUM_ITERATIONS, num_nodes=DBP_NUM_NODES,
+            tol=DBP_TOL) -> AssociationResult:
+    """Annealed directed belief propagation (module docstring), jittable.
+
+    Parameters
+    ----------
+    problem : AssociationProblem
+    rng_key : ignored
+        DBP is deterministic.
+    start_sigma : float
+        Noise of the first iteration (default 1.0); sigma halves after each.
+    num_iterations : int
+        Iterations (default 12); the last runs at start_sigma / 2^(num_iterations - 1).
+    num_nodes : int
+        Gauss-Hermite nodes Q (default 64); see the module docstring for the
+        sigma below which they stop being enough.
+    tol : float
+        Largest change of a rho probability in the last iteration for ``converged``.
+
+    Returns
+    -------
+    AssociationResult
+        ``trace`` (num_iterations,): mean energy of the current states after each.
+    """
+    del rng_key
+
+    def body(state, _):
+        state, info = dbp_step(state, problem, num_nodes=num_nodes, tol=tol)
+        return state, jnp.mean(info.energy)
+
+    state, trace = jax.lax.scan(body, dbp_init(problem, start_sigma=start_sigma), None,
+                                length=num_iterations)
+    best = state.best_states
+    return AssociationResult(best, problem.exact_energy(best), state.converged, trace)
+
+
+def validate_dbp(features, options):
+    """Check the options of ``"dbp"`` (names, types, positive values) before ``jit``."""
+    check_options(options, start_sigma=(int, float), num_iterations=int, num_nodes=int,
+                  tol=(int, float))
+    check_positive(options.get("start_sigma", DBP_START_SIGMA), "start_sigma")
+    check_positive_int(options.get("num_iterations", DBP_NUM_ITERATIONS), "num_iterations")
+    check_positive_int(options.get("num_nodes", DBP_NUM_NODES), "num_nodes")
+    check_positive(options.get("tol", DBP_TOL), "tol")
+
+
+METHODS["dbr"] = AssociationMethod(run=run_dbr, validate=validate_dbr, randomized=False)
+METHODS["dbp"] = AssociationMethod(run=run_dbp, validate=validate_dbp, randomized=False)

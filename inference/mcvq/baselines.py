@@ -1,0 +1,637 @@
+"""NumPyro's generic SVI on the MCVQ program, as baselines (seeds 003-004; MODELS.md 4).
+
+The paper fits MCVQ by variational EM (:func:`inference.mcvq.em.fit_mcvq`, seed 004
+sec. 3). Here NumPyro's SVI runs on the *same* program, the enumerable form of
+:func:`ppl_models.mcvq.model` (``enumerable=True``: one site "s_k" per VQ, same
+density as the default form), with r and s per example (the paper's
+generative model, sec. 2) and the selection priors a, b fixed (uniform by
+default, as in the paper):
+
+* :func:`fit_mcvq_svi`: ``TraceEnum_ELBO`` with r and s_0 .. s_{K-1} enumerated
+  in the model (summed out exactly) and no latent site left for the guide, so
+  the loss is exactly -log p(X | mu, sigma) = -sum_c log sum_{r, s} p(x^c, r, s):
+  SVI maximises the exact likelihood by gradient ascent.
+* :func:`fit_mcvq_meanfield_svi`: ``TraceEnum_ELBO`` with the paper's mean-field
+  guide Q(r^c_d = k) = g_dk (shared by all examples) and Q(s^c_k = j) = m^c_kj
+  (per example), the guide's sites enumerated (NumPyro 0.22 supports
+  guide-side enumeration in ``TraceEnum_ELBO``): the expectation over Q is
+  summed exactly, so the loss is exactly the paper's free energy F = F_N
+  (:func:`inference.mcvq.em.free_energy`, T = N; tested), and SVI lowers F by
+  gradient steps on (g, m, mu, sigma) where variational EM takes exact block
+  minimisations. A score-function estimator (``TraceGraph_ELBO``, sampled
+  guide) would work at any size but with noisy gradients; within the
+  enumeration limit the exact ELBO is the peer at its best.
+
+mu and sigma are ``numpyro.param`` point estimates passed into the program
+(which treats given mu, sigma as fixed), not ``AutoDelta`` on its "mu" and
+"sigma" sample sites: variational EM maximises the likelihood (its bound)
+with no prior on mu, sigma, so with ``numpyro.param`` both learners optimise
+the same objective (AutoDelta would add the program's log-prior: MAP).
+sigma is constrained to sigma >= sqrt(floor), the floor of ``fit_mcvq``
+(``variance_floor`` times the data's mean variance), so that neither learner
+can reach the unbounded likelihood of a collapsed state. Both fits start from
+the start of ``fit_mcvq`` for the same ``rng_key`` (:func:`inference.mcvq.em.init`).
+
+Scoring (the same for every learner; ``inference.mcvq.compare``, benchmarks/mcvq.py):
+
+* :func:`exact_log_likelihood`: log p(x^c | mu, sigma, a, b) of the per-example
+  program for every example, r and s summed out by enumeration (J^K joint
+  states per example): the common quality measure, on training and held-out data;
+* :func:`fit_variational`: the best factorised (g, m) for fixed parameters by
+  coordinate ascent (the E-step and the g-step of sec. 3 at T = N), for the
+  ELBO -F / N of a learner that has no guide of its own;
+* :func:`score_mcvq`: both log-likelihoods, the ELBO -F / N of given (g, m), and
+  the reconstruction RMS of held-out data (sec. 3: x_hat = sum_k g_dk sum_j
+  m_kj mu_dkj with m inferred for the held-out examples).
+
+Cost and limit: enumerating r and s costs about J^K K terms per example and
+dimension (the log-density of x for every joint value of (r_d, s_0 .. s_{K-1}));
+``MAX_ENUMERATED_TERMS`` bounds J^K K and ``MAX_ENUMERATED_CELLS`` bounds
+N D J^K K (memory of one loss evaluation); larger problems raise ValueError.
+
+References
+----------
+Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
+Obermeyer et al., "Tensor Variable Elimination for Plated Factor Graphs", ICML 2019
+(the enumeration behind ``TraceEnum_ELBO``). Kingma, Ba, "Adam", ICLR 2015.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+from numpyro.contrib.funsor import config_enumerate
+from numpyro.distributions import constraints
+from numpyro.infer import SVI, TraceEnum_ELBO
+
+from inference.engine.progress import progress
+from inference.mcvq import em as mcvq_fit
+from ppl_models import mcvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
+
+__all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "exact_log_likelihood", "fit_variational",
+           "score_mcvq", "check_enumerable", "enumerated_loss", "MCVQSVIResult", "MCVQScore",
+           "MAX_ENUMERATED_TERMS", "MAX_ENUMERATED_CELLS"]
+
+#: Largest J^K K (terms per example and dimension) the enumerating baselines accept.
+MAX_ENUMERATED_TERMS = 4096
+#: Largest N D J^K K (numbers in one loss evaluation, ~4 bytes each in float32,
+#: times a few for the gradient) they accept: 2^26, about 0.25 GB per copy.
+MAX_ENUMERATED_CELLS = 1 << 26
+#: Adam's step size decays by a cosine to this fraction of ``step_size``.
+_FINAL_FRACTION = 0.01
+
+
+def check_enumerable(num_examples: int, dim: int, num_vqs: int, num_states: int,
+                     caller: str = "fit_mcvq_svi") -> int:
+    """Raise ValueError when enumerating r and s is beyond the limits; return J^K K.
+
+    The limits are ``MAX_ENUMERATED_TERMS`` on J^K K and ``MAX_ENUMERATED_CELLS``
+    on N D J^K K (module docstring).
+    """
+    terms = num_states ** num_vqs * num_vqs
+    if terms > MAX_ENUMERATED_TERMS:
+        raise ValueError(f"{caller}: num_states ** num_vqs * num_vqs = {num_states}^{num_vqs} * "
+                         f"{num_vqs} = {terms} enumerated terms per example and dimension "
+                         f"exceeds {MAX_ENUMERATED_TERMS}; lower num_vqs or num_states "
+                         "(use inference.fit_mcvq for larger models)")
+    cells = num_examples * dim * terms
+    if cells > MAX_ENUMERATED_CELLS:
+        raise ValueError(f"{caller}: num_examples * dim * num_states ** num_vqs * num_vqs = "
+                         f"{num_examples} * {dim} * {terms} = {cells} exceeds "
+                         f"{MAX_ENUMERATED_CELLS}; use fewer examples (x has {num_examples})")
+    return terms
+
+
+# --- scoring ---------------------------------------------------------------------------
+
+def _state_configs(num_vqs, num_states):
+    """Every joint state (s_0 .. s_{K-1}), (J^K, K) int32."""
+    return np.array(list(itertools.product(range(num_states), repeat=num_vqs)), np.int32)
+
+
+@partial(jax.jit, static_argnames=("batch_size",))
+def _exact_log_likelihood(x, mask, mu, sigma, a, b, batch_size):
+    num_vqs, num_states = mu.shape[1:]
+    configs = jnp.asarray(_state_configs(num_vqs, num_states))  # (S, K)
+    log_prior_s = jnp.sum(jnp.log(b)[jnp.arange(num_vqs), configs], axis=-1)  # (S,)
+    vqs = jnp.arange(num_vqs)
+
+    def one(args):
+        xc, maskc = args
+        ell = mcvq_fit.likelihood_terms(xc[None], maskc[None], mu, sigma)[0]  # (D, K, J)
+        joint = jnp.log(a)[:, :, None] - ell  # log a_dk + log N(x_d; mu_dkj, sigma_dkj)
+        per_config = joint[:, vqs, configs]  # (D, S, K): k's term at s_k
+        # A missing x_d has ell = 0, so its term is log sum_k a_dk = 0.
+        log_x_given_s = jnp.sum(jax.nn.logsumexp(per_config, axis=-1), axis=0)  # (S,)
+        return jax.nn.logsumexp(log_prior_s + log_x_given_s)
+
+    return jax.lax.map(one, (x, mask), batch_size=batch_size)
+
+
+def _prepare(x, mask, mu, a, b, name="x"):
+    dim, num_vqs, num_states = jnp.shape(mu)
+    x, mask = mcvq_fit._check_observed(x, mask, name, dim=dim)
+    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, mu.dtype)
+    return jnp.asarray(x, mu.dtype), mask, a, b
+
+
+def exact_log_likelihood(x, mu, sigma, *, mask=None, a=None, b=None):
+    """log p(x^c | mu, sigma, a, b) of the per-example program, r and s summed out, (N,).
+
+    log p(x^c) = log sum_s prod_k b_{k s_k} prod_d sum_k a_dk N(x^c_d; mu_{d k s_k},
+    sigma_{d k s_k}) over the J^K joint states s (seed 004 sec. 2); the Gaussian
+    terms are read from the program (:func:`inference.mcvq.em.likelihood_terms`).
+    Missing entries (``mask`` False; any value, NaN included) drop out. The
+    exact likelihood that :func:`fit_mcvq_svi` maximises, and an upper bound on
+    the ELBO -F / N of any (g, m).
+
+    Parameters
+    ----------
+    x : array (N, D)
+    mu, sigma : arrays (D, K, J)
+    mask : bool array (N, D), optional
+    a : array (D, K), optional
+    b : array (K, J), optional
+        Selection priors (uniform by default).
+
+    Returns
+    -------
+    array (N,)
+    """
+    mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    if mu.ndim != 3 or sigma.shape != mu.shape:
+        raise ValueError(f"mu and sigma must have the same shape (D, K, J); got {mu.shape} and "
+                         f"{sigma.shape}")
+    x, mask, a, b = _prepare(x, mask, mu, a, b)
+    num_vqs, num_states = mu.shape[1:]
+    terms = num_states ** num_vqs * num_vqs
+    if terms > MAX_ENUMERATED_TERMS:
+        raise ValueError(f"exact_log_likelihood: num_states ** num_vqs * num_vqs = {terms} "
+                         f"exceeds {MAX_ENUMERATED_TERMS} (mu has shape {mu.shape})")
+    batch = max(1, min(x.shape[0], (1 << 22) // max(x.shape[1] * terms, 1)))
+    return _exact_log_likelihood(x, mask, mu, sigma, a, b, batch)
+
+
+@jax.jit
+def _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations):
+    ell = mcvq_fit.likelihood_terms(x, mask, mu, sigma)
+    temperature = x.shape[0]
+
+    def body(_, g):
+        m = mcvq_fit._e_step(ell, g, b)
+        return mcvq_fit._g_step(ell, m, a, temperature)
+
+    g = jax.lax.fori_loop(0, num_iterations, body, g)
+    return g, mcvq_fit._e_step(ell, g, b)
+
+
+def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
+                    num_iterations: int = 50):
+    """The factorised (g, m) for fixed mu, sigma: E-steps and g-steps at T = N (sec. 3).
+
+    Each step is the exact block minimiser of F_N (MODELS.md 4.2) with mu,
+    sigma held, so -F_N / N rises monotonically to a local optimum. Used to
+    give the ELBO of a learner without a guide of its own (``fit_mcvq_svi``).
+
+    Parameters
+    ----------
+    x : array (N, D)
+    mu, sigma : arrays (D, K, J)
+    mask, a, b : optional, as in :func:`exact_log_likelihood`
+    g : array (D, K), optional
+        Start (default: a).
+    num_iterations : int
+
+    Returns
+    -------
+    (g, m) : arrays (D, K), (N, K, J)
+    """
+    mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    x, mask, a, b = _prepare(x, mask, mu, a, b)
+    num_iterations = check_positive_int(num_iterations, "num_iterations")
+    g = a if g is None else jnp.asarray(g, mu.dtype)
+    if g.shape != a.shape:
+        raise ValueError(f"g must have shape {a.shape}; got {g.shape}")
+    return _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations)
+
+
+class MCVQScore(NamedTuple):
+    """The common quality measures of an MCVQ fit (:func:`score_mcvq`).
+
+    Attributes
+    ----------
+    train_log_likelihood : float
+        (1/N) sum_c log p(x^c | mu, sigma) on the training data, exact
+        (:func:`exact_log_likelihood`): the common yardstick, higher is better.
+    heldout_log_likelihood : float
+        The same on held-out data (nan when none given).
+    elbo : float
+        -F_N / N (:func:`inference.mcvq.em.free_energy`, T = N) at the given
+        (g, m) on the training data: the per-example ELBO of the factorised
+        guide, at most ``train_log_likelihood``.
+    heldout_rms : float
+        Root mean square of x - x_hat over the observed held-out entries, x_hat =
+        sum_k g_dk sum_j m_kj mu_dkj with m of the held-out examples from one
+        E-step at the fitted parameters (:func:`inference.mcvq.em.infer_states`);
+        nan without held-out data.
+    """
+
+    train_log_likelihood: float
+    heldout_log_likelihood: float
+    elbo: float
+    heldout_rms: float
+
+
+def score_mcvq(x, g, m, mu, sigma, *, mask=None, x_heldout=None, mask_heldout=None, a=None,
+               b=None) -> MCVQScore:
+    """Score a fit alike for every learner (module docstring; :class:`MCVQScore`).
+
+    Parameters
+    ----------
+    x : array (N, D)
+        Training data.
+    g : array (D, K)
+    m : array (N, K, J)
+        The factorised guide at which the ELBO is evaluated.
+    mu, sigma : arrays (D, K, J)
+    mask : bool array (N, D), optional
+    x_heldout : array (N_heldout, D), optional
+    mask_heldout : bool array (N_heldout, D), optional
+    a, b : optional
+        Selection priors (uniform by default).
+    """
+    mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    x, mask, a, b = _prepare(x, mask, mu, a, b)
+    num = x.shape[0]
+    train = float(jnp.mean(exact_log_likelihood(x, mu, sigma, mask=mask, a=a, b=b)))
+    elbo = -float(mcvq_fit.free_energy(x, g, m, mu, sigma, mask=mask, a=a, b=b,
+                                       temperature=num)) / num
+    heldout = rms = float("nan")
+    if x_heldout is not None:
+        xh, mh, _, _ = _prepare(x_heldout, mask_heldout, mu, a, b, "x_heldout")
+        heldout = float(jnp.mean(exact_log_likelihood(xh, mu, sigma, mask=mh, a=a, b=b)))
+        m_heldout = mcvq_fit._infer(xh, mh, g, mu, sigma, b)
+        residual = jnp.where(mh, xh - mcvq_fit.reconstruct(g, m_heldout, mu), 0.0)
+        rms = float(jnp.sqrt(jnp.sum(residual ** 2) / jnp.sum(mh)))
+    return MCVQScore(train, heldout, elbo, rms)
+
+
+# --- SVI -------------------------------------------------------------------------------
+
+class MCVQSVIResult(NamedTuple):
+    """Result of :func:`fit_mcvq_svi` and :func:`fit_mcvq_meanfield_svi`.
+
+    Attributes
+    ----------
+    mu, sigma : arrays (D, K, J)
+        The learned point estimates (sigma >= sqrt(``variance_floor``)).
+    g : array (D, K) or None
+        Q(r_d = k) of the mean-field guide (None for ``fit_mcvq_svi``).
+    m : array (N, K, J) or None
+        Q(s^c_k = j) of the mean-field guide (None for ``fit_mcvq_svi``).
+    loss_trace : array (num_steps,)
+        The exact loss per example before each step: -log p(X | mu, sigma) / N
+        (``fit_mcvq_svi``) or F_N / N (``fit_mcvq_meanfield_svi``); no sampling noise.
+    loss : float
+        The loss per example at the returned parameters (after the last step).
+    num_steps : int
+    converged : bool
+        The loss changed by at most ``tol`` nats per example over the second
+        half of the run.
+    variance_floor : float
+        The absolute floor on sigma^2 (as ``MCVQResult.variance_floor``).
+    """
+
+    mu: jax.Array
+    sigma: jax.Array
+    g: jax.Array | None
+    m: jax.Array | None
+    loss_trace: jax.Array
+    loss: float
+    num_steps: int
+    converged: bool
+    variance_floor: float
+
+
+def _program(x, mask, a, b, init_mu, init_sigma, lower):
+    """The MCVQ program (enumerable form) with mu, sigma as ``numpyro.param`` point estimates."""
+    mu = numpyro.param("mu", init_mu)
+    sigma = numpyro.param("sigma", init_sigma, constraint=constraints.greater_than(lower))
+    return mcvq.model(x, mask=mask, mu=mu, sigma=sigma, a=a, b=b, enumerable=True)
+
+
+def _no_guide(*args, **kwargs):
+    """Every latent site is enumerated in the model: nothing left for the guide."""
+
+
+def _meanfield_guide(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m):
+    """Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj, every site enumerated (sec. 3)."""
+    num, dim = x.shape
+    g = numpyro.param("g", init_g, constraint=constraints.simplex)
+    m = numpyro.param("m", init_m, constraint=constraints.simplex)
+    with numpyro.plate("examples", num, dim=-2):
+        for k in range(m.shape[1]):
+            numpyro.sample(f"s_{k}", dist.Categorical(m[:, k, None, :]),
+                           infer={"enumerate": "parallel"})
+        with numpyro.plate("dims", dim, dim=-1):
+            numpyro.sample("r", dist.Categorical(jnp.broadcast_to(g, (num, dim, g.shape[1]))),
+                           infer={"enumerate": "parallel"})
+
+
+def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m):
+    return _program(x, mask, a, b, init_mu, init_sigma, lower)
+
+
+def _svi_problem(x, mask, a, b, init, lower, step_size, *, meanfield, num_steps):
+    """The SVI of the MCVQ wrappers and the arguments of its model and guide."""
+    if meanfield:
+        model, guide = _meanfield_program, _meanfield_guide
+        args = (x, mask, a, b, init.mu, init.sigma, lower, init.g, init.m)
+    else:
+        model, guide = config_enumerate(_program), _no_guide
+        args = (x, mask, a, b, init.mu, init.sigma, lower)
+    schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=_FINAL_FRACTION)
+    return SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)), args
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_start(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
+    from inference.engine.checkpoint import svi_start
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    return svi_start(svi.init(rng_key, *args), num_steps, x.dtype)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
+def _svi_advance(carry, x, mask, a, b, init, step_size, lower, stop_at, *, meanfield,
+                 num_steps, progress_every=0):
+    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
+    :func:`inference.engine.checkpoint.svi_advance`)."""
+    from inference.engine.checkpoint import svi_advance, svi_ready
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    svi = svi_ready(svi, carry[0], *args)
+    return svi_advance(lambda state: svi.update(state, *args), carry, stop_at, progress_every)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_finish(carry, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """(params, losses, final loss) (totals) from the last SVI carry."""
+    from inference.engine.checkpoint import svi_ready
+
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    state, losses, _ = carry
+    svi = svi_ready(svi, state, *args)
+    return svi.get_params(state), losses, svi.evaluate(state, *args)
+
+
+def _svi_run(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps,
+             progress_every, checkpoint_path=None, checkpoint_every=None, resume_from=None,
+             options=None):
+    """All SVI steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk without
+    checkpoint options); returns (params, losses, final loss) (totals). ``options`` are
+    saved with the checkpoints beside x's, the mask's and the start's SHA-256."""
+    from inference.engine import checkpoint
+
+    path, every, resume, saved = checkpoint.prepare(
+        checkpoint_path, checkpoint_every, resume_from, options or {}, data=(x, mask),
+        start=(*init, a, b, lower))
+    data = (x, mask, a, b, init, step_size, lower)
+    common = dict(meanfield=meanfield, num_steps=num_steps)
+    carry = checkpoint.run_chunks(
+        lambda carry, stop_at: _svi_advance(carry, *data, stop_at,
+                                            progress_every=progress_every, **common),
+        lambda: _svi_start(rng_key, *data, **common),
+        total=num_steps, finished=lambda carry: False,
+        kind="fit_mcvq_meanfield_svi" if meanfield else "fit_mcvq_svi", options=saved,
+        checkpoint_path=path, checkpoint_every=every, resume_from=resume)
+    return _svi_finish(carry, *data, **common)
+
+
+def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
+                    variance_floor: float = 1e-3):
+    """NumPyro's ``TraceEnum_ELBO`` loss (a total, not per example) of a baseline at fixed values.
+
+    Without ``g``, ``m``: the loss of :func:`fit_mcvq_svi`'s program (r and s
+    enumerated in the model), -log p(X | mu, sigma); with both: the loss of
+    :func:`fit_mcvq_meanfield_svi`'s guide at (g, m), F_N. Both are computed by
+    NumPyro from the program, as during the fits (tested against brute-force
+    enumeration and :func:`inference.mcvq.em.free_energy`). ``sigma`` must exceed
+    the fits' floor sqrt(``variance_floor`` x the data's mean variance).
+
+    Parameters
+    ----------
+    x : array (N, D)
+    mu, sigma : arrays (D, K, J)
+    g : array (D, K), optional
+    m : array (N, K, J), optional
+    mask, a, b : optional, as in :func:`exact_log_likelihood`
+    variance_floor : float
+
+    Returns
+    -------
+    scalar
+    """
+    mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    if (g is None) != (m is None):
+        raise ValueError("enumerated_loss: give both g and m (mean-field guide) or neither; "
+                         f"got g={'None' if g is None else 'array'}, "
+                         f"m={'None' if m is None else 'array'}")
+    x, mask, a, b = _prepare(x, mask, mu, a, b)
+    num, dim = x.shape
+    check_enumerable(num, dim, *mu.shape[1:], "enumerated_loss")
+    lower = jnp.asarray(np.sqrt(_floor(x, mask, variance_floor)), mu.dtype)
+    params = {"mu": mu, "sigma": sigma}
+    args = (x, mask, a, b, mu, sigma, lower)
+    elbo = TraceEnum_ELBO(max_plate_nesting=2)
+    if g is None:
+        return elbo.loss(jax.random.key(0), params, config_enumerate(_program), _no_guide,
+                         *args)
+    params.update(g=jnp.asarray(g, mu.dtype), m=jnp.asarray(m, mu.dtype))
+    return elbo.loss(jax.random.key(0), params, _meanfield_program, _meanfield_guide, *args,
+                     params["g"], params["m"])
+
+
+def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
+                    variance_floor, tol, caller):
+    if rng_key is None:
+        raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
+    num_vqs = check_positive_int(num_vqs, "num_vqs")
+    num_states = check_positive_int(num_states, "num_states")
+    x, mask = mcvq_fit._check_observed(x, mask, "x")
+    num, dim = x.shape
+    check_enumerable(num, dim, num_vqs, num_states, caller)
+    for axis, what in ((1, "example(s) {} (rows of x)"), (0, "dimension(s) {} (columns of x)")):
+        empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
+        if empty.size:
+            raise ValueError(f"mask leaves {what.format(empty[:10].tolist())} without any "
+                             "observed entry; drop them")
+    check_positive_int(num_steps, "num_steps")
+    check_positive(step_size, "step_size")
+    check_positive(variance_floor, "variance_floor")
+    check_positive(tol, "tol")
+    return x, mask, num_vqs, num_states
+
+
+def _floor(x, mask, variance_floor):
+    """The absolute variance floor of ``fit_mcvq``: variance_floor x the mean observed variance."""
+    obs = np.asarray(mask)
+    xs = np.asarray(x, dtype=float)
+    count = obs.sum(axis=0)
+    mean = (obs * xs).sum(axis=0) / count
+    spread = float(np.mean((obs * (xs - mean) ** 2).sum(axis=0) / count))
+    return variance_floor * (spread if spread > 0 else 1.0)
+
+
+def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, variance_floor, a, b,
+         tol, progress_bar, meanfield, caller, checkpoint_path=None, checkpoint_every=None,
+         resume_from=None):
+    x, mask, num_vqs, num_states = _check_fit_args(x, num_vqs, num_states, mask, rng_key,
+                                                   num_steps, step_size, variance_floor, tol,
+                                                   caller)
+    num, dim = x.shape
+    x = jnp.asarray(x)
+    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, x.dtype)
+    floor = _floor(x, mask, variance_floor)
+    lower = jnp.asarray(np.sqrt(floor), x.dtype)
+    # The start of fit_mcvq for this key; sigma strictly inside the open constraint.
+    init = mcvq_fit.init(rng_key, x, mask, num_vqs, num_states, a, b,
+                         jnp.asarray(floor, x.dtype))
+    init = init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower))
+    label = "MCVQ mean-field SVI" if meanfield else "MCVQ SVI"
+    with progress(num_steps, label, progress_bar) as every:
+        params, losses, final = jax.block_until_ready(_svi_run(
+            jax.random.split(rng_key)[1], x, mask, a, b, init, jnp.asarray(step_size, x.dtype),
+            lower, meanfield=meanfield, num_steps=num_steps, progress_every=every,
+            checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+            resume_from=resume_from,
+            options=dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps,
+                         step_size=step_size, variance_floor=variance_floor,
+                         rng_key=rng_key)))
+    losses = losses / num
+    final = float(final) / num
+    finite = bool(np.isfinite(final)) and all(
+        bool(jnp.all(jnp.isfinite(v))) for v in params.values())
+    if not finite:
+        warnings.warn(f"{caller}: the loss or the parameters are not finite; lower step_size",
+                      NumericalWarning, stacklevel=3)
+    change = float(jnp.abs(losses[num_steps // 2] - final))
+    converged = finite and num_steps >= 10 and change <= tol
+    if finite and not converged:
+        warnings.warn(f"{caller}: the loss still changed by {change:.3g} nats per example over "
+                      f"the second half of the {num_steps} steps (tol={tol:g}); raise num_steps",
+                      ConvergenceWarning, stacklevel=3)
+    return MCVQSVIResult(mu=params["mu"], sigma=params["sigma"], g=params.get("g"),
+                         m=params.get("m"), loss_trace=losses, loss=final, num_steps=num_steps,
+                         converged=converged, variance_floor=floor)
+
+
+_FIT_PARAMETERS = """
+    Parameters
+    ----------
+    x : array (N, D)
+        Data; entries where ``mask`` is False may hold anything (NaN included).
+    num_vqs, num_states : int
+        K and J; num_states ** num_vqs * num_vqs <= ``MAX_ENUMERATED_TERMS`` and
+        N D J^K K <= ``MAX_ENUMERATED_CELLS``, else ValueError.
+    mask : bool array (N, D), optional
+        True where x is observed; every row and column needs an observed entry.
+    rng_key : jax.random key
+        The start is ``inference.mcvq.em.init`` with this key (as ``fit_mcvq``).
+    num_steps : int
+        Adam steps, all in one jitted ``lax.scan``.
+    step_size : float
+        Adam's initial step size, decayed by a cosine to 1% of it.
+    variance_floor : float
+        sigma^2 >= variance_floor x the data's mean variance (as ``fit_mcvq``).
+    a, b : arrays (D, K), (K, J), optional
+        Fixed selection priors (uniform by default).
+    tol : float
+        ``converged`` when the loss per example changed by at most ``tol`` over
+        the second half of the run.
+    progress_bar : bool
+        tqdm bar advanced from inside the jitted loop.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the SVI state, with its key and optimiser state, the
+        loss trace and the step; the options and the SHA-256 of x and mask) to this
+        ``.npz`` file every ``checkpoint_every`` steps (:mod:`inference.engine.checkpoint`;
+        atomic: a killed process leaves the last one intact).
+    checkpoint_every : int, optional
+        Steps per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by the same function with the same data
+        and options (else ``ValueError`` naming the option); the result is
+        bit-identical to the uninterrupted run.
+
+    Returns
+    -------
+    MCVQSVIResult
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the loss still moves by more than ``tol`` in the second half.
+    NumericalWarning
+        When the loss or the parameters are not finite.
+"""
+
+
+def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
+                 num_steps: int = 500, step_size: float = 0.05, variance_floor: float = 1e-3,
+                 a=None, b=None, tol: float = 1e-3,
+                 progress_bar: bool = False, checkpoint_path=None,
+                 checkpoint_every: int | None = None, resume_from=None) -> MCVQSVIResult:
+    """Maximum likelihood mu, sigma by SVI with r and s enumerated (``TraceEnum_ELBO``).
+
+    The program is ``ppl_models.mcvq.model(enumerable=True)`` with mu, sigma as
+    ``numpyro.param``; every r^c_d and s^c_k is marked for parallel enumeration
+    and the guide is empty, so the loss is exactly -log p(X | mu, sigma) (the
+    per-example program's likelihood, r and s summed out; module docstring).
+    """
+    return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
+                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
+
+
+def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
+                           num_steps: int = 500, step_size: float = 0.05,
+                           variance_floor: float = 1e-3, a=None, b=None, tol: float = 1e-3,
+                           progress_bar: bool = False, checkpoint_path=None,
+                           checkpoint_every: int | None = None,
+                           resume_from=None) -> MCVQSVIResult:
+    """SVI of the paper's mean-field guide (g shared, m per example), exact ELBO (sec. 3).
+
+    Guide Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj (``numpyro.param`` on the
+    simplex, starting from ``inference.mcvq.em.init``'s g and m); its sites are
+    enumerated by ``TraceEnum_ELBO``, so the loss is exactly F_N
+    (:func:`inference.mcvq.em.free_energy` at T = N) of the result's g, m, mu,
+    sigma: ``-result.loss`` is the exact ELBO per example of the final guide.
+    """
+    return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
+                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
+
+
+for _fn in (fit_mcvq_svi, fit_mcvq_meanfield_svi):
+    if _fn.__doc__ is not None:  # None under python -OO
+        _fn.__doc__ += _FIT_PARAMETERS

@@ -1,0 +1,276 @@
+"""The MCVQ side of :func:`inference.app.selection.model_selection` (MODELS.md 4.4).
+
+Scores one MCVQ candidate (K VQs of J states) on the log scale, per example,
+higher is better, from the fits of :mod:`inference.mcvq.em` (the paper's
+variational EM), :mod:`inference.mcvq.vb` (variational Bayes) and NumPyro's NUTS
+on the Bayesian program:
+
+* :func:`predictive_log_likelihood`: the predictive of an EM fit on (new) data,
+  log p(x^c | mu, sigma, a = g, b = pi) with the fit's g (D, K) as the selection
+  prior over VQs and its mean state usage pi_kj = (1/N) sum_c m^c_kj as the state
+  prior, r and s summed out exactly
+  (:func:`inference.mcvq.baselines.exact_log_likelihood`) when J^K K <=
+  ``MAX_ENUMERATED_TERMS``; otherwise (``exact=False``) the variational lower
+  bound of the same predictive with Q(r_d = k) = g_dk and the best Q(s) per
+  example, which has the closed form
+
+      log p(x^c) >= sum_k log sum_j pi_kj exp(- sum_d g_dk ell^c_dkj),
+      ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj)
+
+  (the KL(g || a) term vanishes with a = g; the E-step of sec. 3 for held-out
+  examples with g fixed, :func:`inference.mcvq.em.infer_states`, maximises it), equal
+  to the exact value when g is one-hot (tested);
+* :func:`num_parameters`: the p of BIC;
+* :func:`loo_inference_data`: NUTS on the Bayesian program's mu and tau with r
+  fixed at the full-data fit's argmax g, the selection prior b fixed at its pi,
+  and every s_k enumerated per example (funsor), and the pointwise
+  log-likelihood of every draw for ``arviz.loo``.
+
+References
+----------
+Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
+Ross, slides (seed 003): VB MCVQ and model selection. Schwarz (1978) for BIC.
+Vehtari, Gelman and Gabry (2017), "Practical Bayesian model evaluation using
+leave-one-out cross-validation and WAIC", Statistics and Computing 27.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.contrib.funsor import config_enumerate
+from numpyro.infer import MCMC, NUTS, init_to_value
+
+from inference.mcvq import baselines, em
+from inference.mcvq.em import fit_mcvq
+from inference.mcvq.vb import fit_vb_mcvq
+from ppl_models import mcvq as program
+from ppl_models.diagnostics import ConvergenceWarning
+
+__all__ = ["MCVQScorer", "enumerable", "num_parameters", "state_usage", "predictive_log_likelihood",
+           "fit_em", "fit_vb", "loo_size", "loo_inference_data"]
+
+
+def enumerable(num_vqs: int, num_states: int) -> bool:
+    """True when J^K K <= ``MAX_ENUMERATED_TERMS`` (the exact predictive is affordable)."""
+    return num_states ** num_vqs * num_vqs <= baselines.MAX_ENUMERATED_TERMS
+
+
+def num_parameters(dim: int, num_vqs: int, num_states: int) -> int:
+    """Free parameters p of a (K, J) MCVQ for BIC: 2 D K J + K (J - 1) + D (K - 1).
+
+    mu and sigma for every (d, k, j) (2 D K J), the state weights pi (K (J - 1)),
+    and the selections g counted as D (K - 1): the predictive uses g as the
+    selection prior a, one simplex row of K - 1 free numbers per dimension (a
+    *choice*: at the fitted g, nearly one-hot, they act as D discrete choices
+    among K, which BIC's Laplace argument does not cover; counting them keeps
+    the penalty growing with K even when a VQ is left without dimensions).
+
+    >>> num_parameters(12, 3, 3)
+    246
+    """
+    return 2 * dim * num_vqs * num_states + num_vqs * (num_states - 1) + dim * (num_vqs - 1)
+
+
+def state_usage(fit) -> jax.Array:
+    """pi_kj = (1/N) sum_c m^c_kj of an EM fit, (K, J): the state prior of the predictive."""
+    pi = jnp.mean(fit.m, axis=0)
+    return pi / jnp.sum(pi, axis=-1, keepdims=True)
+
+
+@jax.jit
+def _bound(x, mask, g, mu, sigma, pi):
+    """sum_k log sum_j pi_kj exp(-sum_d g_dk ell^c_dkj) per example (module docstring)."""
+    moments, shift = em._moments(x, mask)
+    energies = em._energies(moments, em._natural(mu, sigma, shift), g)  # (N, K, J)
+    log_pi = jnp.where(pi > 0, jnp.log(jnp.where(pi > 0, pi, 1.0)), -jnp.inf)
+    return jnp.sum(jax.nn.logsumexp(log_pi - energies, axis=-1), axis=-1)
+
+
+def predictive_log_likelihood(fit, x, mask, *, exact: bool):
+    """log p(x^c | mu, sigma, a = g, b = pi) of an EM fit per example, (N,) (module docstring).
+
+    Parameters
+    ----------
+    fit : inference.mcvq.em.MCVQResult
+        Fitted on the training data (its m gives pi).
+    x : array (N, D)
+        Data with 0 where ``mask`` is False.
+    mask : bool array (N, D)
+    exact : bool
+        Enumerate r and s (needs :func:`enumerable`), or the lower bound.
+
+    Returns
+    -------
+    array (N,)
+    """
+    pi = state_usage(fit)
+    x = jnp.asarray(x, fit.mu.dtype)
+    if exact:
+        return baselines.exact_log_likelihood(x, fit.mu, fit.sigma, mask=mask, a=fit.g, b=pi)
+    return _bound(x, jnp.asarray(mask), fit.g, fit.mu, fit.sigma, pi)
+
+
+def fit_em(x, mask, num_vqs, num_states, rng_key, num_restarts, options):
+    """``fit_mcvq`` with ``num_restarts`` starts, its ConvergenceWarning silenced (see
+    ``converged``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return fit_mcvq(x, num_vqs, num_states, mask=mask, rng_key=rng_key,
+                        num_restarts=num_restarts, **options)
+
+
+def fit_vb(x, mask, num_vqs, num_states, rng_key, num_restarts, options):
+    """The best bound of ``num_restarts`` runs of ``fit_vb_mcvq`` (keys split from
+    ``rng_key``); returns (best fit, number of runs not converged)."""
+    best, unconverged = None, 0
+    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
+    for key in keys:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit = fit_vb_mcvq(x, num_vqs, num_states, mask=mask, rng_key=key, **options)
+        unconverged += not fit.converged
+        if best is None or fit.bound > best.bound:
+            best = fit
+    return best, unconverged
+
+
+def loo_size(num_examples, dim, num_vqs, num_states) -> int:
+    """N D J^K: numbers in one log-density evaluation with every s_k enumerated."""
+    return num_examples * dim * num_states ** num_vqs
+
+
+def _loo_model(x, mask, r, pi, prior):
+    """The Bayesian, enumerable program with r conditioned (N, D) and b = pi fixed."""
+    conditioned = handlers.condition(program.model, {"r": r})
+    return conditioned(x, mask=mask, b=pi, bayesian=True, enumerable=True, prior=prior)
+
+
+@functools.partial(jax.jit, static_argnames="batch_size")
+def _pointwise(x, mask, mus, sigmas, a, b, batch_size):
+    """exact_log_likelihood of every draw, (S, N)."""
+    return jax.lax.map(lambda p: baselines._exact_log_likelihood(x, mask, p[0], p[1], a, b,
+                                                                 batch_size), (mus, sigmas))
+
+
+def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progress_bar):
+    """NUTS on mu, tau of the Bayesian program, r = argmax g and b = pi of ``fit`` fixed.
+
+    Every s_k is enumerated per example (NumPyro's NUTS sums enumerated
+    discrete sites out through funsor); the chain starts at the fit's mu and
+    tau = sigma^-2; the priors are ``ppl_models.mcvq.prior_from_data(x, mask)``.
+    The pointwise log-likelihood of draw (mu, tau) is
+    ``exact_log_likelihood(x, mu, tau^-1/2, a=one_hot(r), b=pi)``.
+    *Approximation*: r and b are plugged in from the full-data fit rather than
+    integrated, so every left-out example helped choose them.
+
+    Returns
+    -------
+    (arviz.InferenceData, number of divergent transitions)
+    """
+    import arviz as az
+
+    dim, num_vqs, num_states = fit.mu.shape
+    num = x.shape[0]
+    x = jnp.asarray(x, fit.mu.dtype)
+    mask = jnp.asarray(mask)
+    r_dims = jnp.argmax(fit.g, axis=1).astype(jnp.int32)
+    r = jnp.broadcast_to(r_dims, (num, dim))
+    pi = state_usage(fit)
+    prior = program.prior_from_data(x, mask)
+    start = {"mu": fit.mu, "tau": 1.0 / jnp.square(fit.sigma)}
+    kernel = NUTS(config_enumerate(_loo_model), init_strategy=init_to_value(values=start))
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=1,
+                progress_bar=progress_bar)
+    mcmc.run(rng_key, x, mask, r, pi, prior, extra_fields=("diverging",))
+    draws = mcmc.get_samples()
+    divergent = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
+    a = jax.nn.one_hot(r_dims, num_vqs, dtype=fit.mu.dtype)
+    terms = num_states ** num_vqs * num_vqs
+    batch = max(1, min(num, (1 << 22) // max(dim * terms, 1)))
+    pointwise = _pointwise(x, mask, draws["mu"], jax.lax.rsqrt(draws["tau"]), a, pi, batch)
+    idata = az.from_dict(posterior={name: np.asarray(v)[None] for name, v in draws.items()},
+                         log_likelihood={"x": np.asarray(pointwise)[None]},
+                         dims={"x": ["example"]})
+    return idata, divergent
+
+
+class MCVQScorer:
+    """Fits and scores of MCVQ candidates (K, J) for ``model_selection``; the full-data
+    EM fits are cached (``"train"``, ``"bic"`` and ``"loo"`` share them)."""
+
+    def __init__(self, x, mask, num_restarts, fit_options, vb_options):
+        self.x, self.mask = x, mask
+        self.num, self.dim = x.shape
+        self.num_restarts = num_restarts
+        self.fit_options, self.vb_options = fit_options, vb_options
+        self.cache = {}
+        self.exact = None
+        self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
+
+    def set_candidates(self, candidates):
+        self.exact = all(enumerable(*c) for c in candidates)
+
+    def _em(self, cand, x, mask, key):
+        fit = fit_em(x, mask, *cand, key, self.num_restarts, self.fit_options)
+        self.fits_em += 1
+        self.unconverged_em += not fit.converged
+        return fit
+
+    def _exact(self, cand):
+        return self.exact if self.exact is not None else enumerable(*cand)
+
+    def vb(self, cand, key):
+        fit, unconverged = fit_vb(self.x, self.mask, *cand, key, self.num_restarts,
+                                              self.vb_options)
+        self.fits_vb += self.num_restarts
+        self.unconverged_vb += unconverged
+        return fit.bound / self.num, (fit.num_vqs, fit.num_states), fit
+
+    def heldout(self, cand, train, test, key):
+        fit = self._em(cand, self.x[train], self.mask[train], key)
+        return np.asarray(predictive_log_likelihood(
+            fit, self.x[test], self.mask[test], exact=self._exact(cand)))
+
+    def train(self, cand, key):
+        if cand not in self.cache:
+            self.cache[cand] = self._em(cand, self.x, self.mask, key)
+        return float(jnp.mean(predictive_log_likelihood(
+            self.cache[cand], self.x, self.mask, exact=self._exact(cand))))
+
+    def num_parameters(self, cand):
+        return num_parameters(self.dim, *cand)
+
+    def loo_reason(self, cand, limit):
+        size = loo_size(self.num, self.dim, *cand)
+        if not enumerable(*cand):
+            return f"J^K K = {cand[1] ** cand[0] * cand[0]} enumerated terms > 4096"
+        if size > limit:
+            return f"N D J^K = {size} > loo_max_size = {limit}"
+        return None
+
+    def loo(self, cand, key, num_warmup, num_samples, progress_bar):
+        idata, divergent = loo_inference_data(
+            self.cache[cand], self.x, self.mask, key, num_warmup=num_warmup,
+            num_samples=num_samples, progress_bar=progress_bar)
+        return idata, f", {divergent} divergent transition(s)" if divergent else ""
+
+    def notes(self, scored):
+        out = []
+        if scored:
+            out.append("cv/train/bic: exact predictive log p(x | mu, sigma, a=g, b=pi), r and s "
+                       "summed out" if self.exact else
+                       "cv/train/bic: variational lower bound of the predictive (some candidate "
+                       "has J^K K > 4096, so every candidate uses the bound)")
+        if self.unconverged_em:
+            out.append(f"{self.unconverged_em} of {self.fits_em} fit_mcvq calls did not "
+                       "converge (raise num_iterations)")
+        if self.unconverged_vb:
+            out.append(f"{self.unconverged_vb} of {self.fits_vb} fit_vb_mcvq runs did not "
+                       "converge (raise vb_options max_iterations)")
+        return out

@@ -1,0 +1,463 @@
+"""GVQ, the clipped-Gaussian model and MCVQ fitted by passes over batches (issue 9).
+
+The streamed counterparts of :func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1),
+:func:`inference.clipped.fit.fit_clipped_gaussian` (seed 001 eq. 7-10) and
+:func:`inference.mcvq.em.fit_mcvq` (seed 004 sec. 3), for data too large for memory.
+The source of rows is anything :class:`inference.mixture.stream.BatchSource` accepts
+(a numpy array or ``np.memmap`` cut into row blocks, a callable returning a fresh
+iterator of arrays, a list of arrays; a one-shot iterator only where one pass
+suffices), checked batch by batch with errors naming the batch index.
+
+Each algorithm keeps what it must; everything per example is recomputed:
+
+* **GVQ** (:func:`fit_gvq_stream`): the association of an example depends only
+  on it and the current F, and the M-step's least-squares problem only on the
+  sums S^T S and S^T X (the normal equations of ``inference.gvq.em._sharded_m_step``).
+  One EM iteration is one pass: every batch is associated with the current F
+  (the jitted association code of ``fit_gvq``, vmapped over restarts) and its
+  sums are added; F then solves the normal equations. The error after the
+  M-step, ``mean ||x - s F_new||^2``, comes from the same pass without a second
+  look at the data: with the residuals r = x - s F of the pass,
+  sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
+  Delta = F_new - F (exact algebra; it cancels only to the size of the error
+  itself, not of ||x||^2).
+* **Clipped Gaussian** (:func:`fit_clipped_gaussian_stream`): the fit needs the
+  means and second moments of the patterns only; one pass adds sum_mu s_mu and
+  sum_mu s_mu s_mu^T (integers, exact) and the rest is the in-memory code on
+  those moments (``inference.clipped.fit._fit_moments``).
+* **MCVQ** (:func:`fit_mcvq_stream`): the per-example variational parameters
+  m^c are *not* state that the in-memory fit carries across iterations in any
+  essential way: every iteration of ``inference.mcvq.em._step`` recomputes m of
+  every example in closed form (the E-step) from the new g, mu, sigma, and
+  keeps it only to form the statistics sum_c m^c [o, o x, o x^2] and the KL
+  term sum_c KL(m^c || b). So the streamed fit keeps no per-example state: each
+  pass runs the E-step of every batch under the current parameters and adds the
+  batch's statistics and KL term; g, mu, sigma follow from the sums exactly as
+  in ``_step``. m itself is returned only on request (one more pass).
+
+Every function equals its in-memory counterpart on data that fit (tested in
+float64 in ``tests/test_streaming_fits.py``); the differences (the starts, what
+per-example output is returned, options that cannot stream) are listed in each
+docstring.
+
+Memory: one batch at a time on the device plus the one being read (the
+pipelining of ``inference.mixture.stream._Pass``), the per-batch arrays of the
+association / E-step, and sums whose size does not grow with the data.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import xlogy
+
+from inference.engine.streaming import (
+    BatchSource,
+    Pass,
+    batches,
+    check_rows,
+    dtype_of,
+    is_stream,
+)
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
+
+# ---------------------------------------------------------------------------------------
+# MCVQ (seed 004 sec. 3): sources with masks.
+
+
+def is_masked_stream(x) -> bool:
+    """Whether ``x`` is a stream for :func:`fit_mcvq_stream`: :func:`is_stream`, or a list
+    or tuple of ``(x_batch, mask_batch)`` pairs."""
+    if is_stream(x):
+        return True
+    return (isinstance(x, list | tuple) and len(x) > 0 and isinstance(x[0], tuple | list)
+            and len(x[0]) == 2 and np.ndim(x[0][0]) == 2)
+
+
+class _MaskedSource:
+    """(x, mask) batches of an MCVQ source, checked; iterate for one pass.
+
+    Forms: ``mask`` None and items arrays (all observed); ``mask`` None and items
+    ``(x, mask)`` pairs; ``mask`` a second source of the same form as ``source``
+    (an array or memmap of x's shape, or batches matching x's row for row).
+    """
+
+    def __init__(self, source, mask, batch_size):
+        self.batch_size = batch_size
+        probe = batches(source, batch_size)
+        # Arrays are cut by BatchSource; other sources are read item by item (pairs or
+        # arrays) and cut per pass in _pairs.
+        self.x_source = probe if probe.kind == "array" else BatchSource(source, None)
+        self.x_source.name = "source"
+        self.mask_source = None if mask is None else batches(mask, batch_size)
+        if self.mask_source is not None:
+            self.mask_source.name = "mask"
+            if probe.kind != "array":
+                self.x_source = probe
+        self.reusable = self.x_source.reusable and (
+            self.mask_source is None or self.mask_source.reusable)
+
+    def _pairs(self):
+        """Checked x and mask sources for one pass, read in lockstep (mask None: all
+        observed)."""
+        if self.mask_source is not None or self.x_source.kind == "array":
+            return self.x_source, self.mask_source
+        items = iter(self.x_source._raw())  # the items as given: arrays or (x, mask) pairs
+        head = next(items, None)
+        if head is None:
+            return BatchSource(iter(()), name="source"), None  # raises "source is empty"
+        stream = _chain_one(head, items)
+        if not (isinstance(head, tuple | list) and len(head) == 2 and np.ndim(head[0]) == 2):
+            return BatchSource(stream, self.batch_size, name="source"), None
+        left, right = itertools.tee(stream)
+        xs = BatchSource((_pair_part(pair, i, 0) for i, pair in enumerate(left)),
+                         self.batch_size, name="source")
+        masks = BatchSource((_pair_part(pair, i, 1) for i, pair in enumerate(right)),
+                            self.batch_size, name="mask")
+        return xs, masks
+
+    def __iter__(self):
+        """(x with 0 at missing entries as float64-or-native array, bool mask) per batch."""
+        xs, masks = self._pairs()
+        if masks is None:
+            for index, x in enumerate(xs):
+                yield index, x, None
+            return
+        xs.check_finite = False
+        mask_iter = iter(masks)
+        for index, x in enumerate(xs):
+            mask = next(mask_iter, None)
+            if mask is None:
+                raise ValueError(f"mask ended before source: no mask for source batch {index}")
+            if mask.shape != x.shape:
+                raise ValueError(f"mask batch {index} has shape {mask.shape}; expected the "
+                                 f"shape of source batch {index}, {x.shape}")
+            if mask.dtype != bool:
+                if not np.all((mask == 0) | (mask == 1)):
+                    raise TypeError(f"mask batch {index} must be bool (True = observed); got "
+                                    f"dtype {mask.dtype} with values other than 0 / 1")
+                mask = mask.astype(bool)
+            bad = int(np.sum(~np.isfinite(x) & mask))
+            if bad:
+                raise ValueError(f"source batch {index} has {bad} NaN or infinite value(s) "
+                                 "where mask is True (observed); mark them False in mask")
+            yield index, np.where(mask, x, 0), mask
+        if next(mask_iter, None) is not None:
+            raise ValueError("mask has more batches than source")
+
+
+def _chain_one(head, rest):
+    yield head
+    yield from rest
+
+
+def _pair_part(pair, index, part):
+    if not (isinstance(pair, tuple | list) and len(pair) == 2):
+        raise TypeError(f"source batch {index} must be an (x, mask) pair like batch 0; got "
+                        f"{type(pair).__name__}")
+    return pair[part]
+
+
+class _Packed:
+    """Re-iterable (rows, 2 D) arrays [x with 0 at missing, mask as 0 / 1] for ``_Pass``:
+    a padded row is all zeros, i.e. unobserved, and adds nothing to any sum."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def __iter__(self):
+        for _, x, mask in self.source:
+            obs = np.ones(x.shape, bool) if mask is None else mask
+            yield np.concatenate([np.where(obs, x, 0), obs], axis=1)
+
+
+def _unpack(packed, shift):
+    """The (rows, 3 D) moments [o, o xc, o xc^2] (``inference.mcvq.em._moments`` with a fixed
+    shift, the observed mean of all the data)."""
+    dim = packed.shape[1] // 2
+    x, obs = packed[:, :dim], packed[:, dim:]
+    centred = obs * (x - shift)
+    return jnp.concatenate([obs, centred, centred * centred], axis=1)
+
+
+@jax.jit
+def _mcvq_batch(packed, num_valid, shift, natural, g, b):
+    """E-step of one padded batch under every restart's (natural, g): the statistics
+    (restarts, 3, D, K, J) and the KL term sum_c KL(m^c || b) over the valid rows."""
+    from inference.mcvq.em import _fast_e_step, _statistics
+
+    moments = _unpack(packed, shift)
+    valid = (jnp.arange(packed.shape[0]) < num_valid)[:, None, None]
+
+    def one(natural, g):
+        m = _fast_e_step(moments, natural, g, b)
+        kl = jnp.sum(jnp.where(valid, xlogy(m, m) - xlogy(m, b), 0.0))
+        return _statistics(moments, m), kl
+
+    return jax.vmap(one)(natural, g)
+
+
+@jax.jit
+def _mcvq_states(packed, shift, natural, g, b):
+    """m of one padded batch under one start's parameters (the E-step)."""
+    from inference.mcvq.em import _fast_e_step
+
+    return _fast_e_step(_unpack(packed, shift), natural, g, b)
+
+
+@jax.jit
+def _mcvq_update(stats, mu, sigma, shift, a, temperature, floor):
+    """g-step and M-step from the statistics (``inference.mcvq.em._step``), per restart."""
+    from inference.mcvq.em import _fast_g_step, _fast_m_step, _natural
+
+    def one(stats, mu, sigma):
+        g = _fast_g_step(stats, _natural(mu, sigma, shift), a, temperature)
+        mu, sigma = _fast_m_step(stats, mu, sigma, shift, floor)
+        return g, mu, sigma, _natural(mu, sigma, shift)
+
+    return jax.vmap(one)(stats, mu, sigma)
+
+
+@jax.jit
+def _mcvq_energy(stats, natural, g, kl_m, a, temperature):
+    """F_T from the statistics and the summed KL of m (``inference.mcvq.em._fast_free_energy``)."""
+    def one(stats, natural, g, kl_m):
+        expected = jnp.sum(stats * natural, axis=(0, 3))
+        return kl_m + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)) + jnp.sum(g * expected)
+
+    return jax.vmap(one)(stats, natural, g, kl_m)
+
+
+@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states"))
+def _mcvq_start(key, picked, std, a, *, num_vqs, num_states):
+    """``inference.mcvq.em._init``'s mu, sigma and g from the same uniform draw: ``picked``
+    (K, J, D) are the chosen rows with missing entries filled by the column mean,
+    ``std`` (D,) the floored column standard deviation."""
+    dim = std.shape[0]
+    dtype = std.dtype
+    sizes = (num_vqs * num_states, dim * num_vqs * num_states, dim * num_vqs)
+    tiny = jnp.finfo(dtype).tiny
+    u = jax.random.uniform(key, (sum(sizes),), dtype, minval=tiny, maxval=1.0 - 1e-7)
+    _, u_mu, u_g = jnp.split(u, np.cumsum(sizes)[:-1])
+    mu = jnp.moveaxis(picked, -1, 0)  # (D, K, J)
+    mu = mu + 0.1 * std[:, None, None] * jax.scipy.special.ndtri(u_mu).reshape(mu.shape)
+    sigma = jnp.broadcast_to(std[:, None, None], mu.shape)
+    gumbel = -jnp.log(-jnp.log(u_g.reshape(a.shape)))
+    part = jax.nn.one_hot(jnp.argmax(jnp.log(a) + gumbel, axis=-1), num_vqs, dtype=dtype)
+    g = a * (0.9 * part + 0.1 / num_vqs)
+    return g / jnp.sum(g, axis=-1, keepdims=True), mu, sigma
+
+
+@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "num"))
+def _mcvq_rows(key, dtype_probe, *, num_vqs, num_states, num):
+    """The example indices (K, J) ``inference.mcvq.em._init`` picks from ``num`` rows."""
+    dim = dtype_probe.shape[0]
+    sizes = (num_vqs * num_states, dim * num_vqs * num_states, dim * num_vqs)
+    tiny = jnp.finfo(dtype_probe.dtype).tiny
+    u = jax.random.uniform(key, (sum(sizes),), dtype_probe.dtype, minval=tiny,
+                           maxval=1.0 - 1e-7)
+    u_rows = u[:sizes[0]]
+    return jnp.minimum((u_rows * num).astype(jnp.int32), num - 1).reshape(num_vqs, num_states)
+
+
+def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key=None,
+                    temperature_schedule=None, num_iterations: int = 100,
+                    initial_temperature: float | None = None, variance_floor: float = 1e-3,
+                    tol: float = 1e-6, a=None, b=None, num_restarts: int = 1, batch_size=None,
+                    return_m: bool = False):
+    """:func:`inference.mcvq.em.fit_mcvq` by passes over a source of row batches.
+
+    Design (module docstring): the in-memory fit's per-example state m^c is the
+    closed-form E-step of the current parameters, kept only for its sums, so no
+    per-example state is kept here. Each iteration is one pass: ``_step``'s g-step
+    and M-step from the statistics of the last pass, then the E-step of every batch
+    under the new parameters (jitted, vmapped over the batch's examples and over
+    the restarts) adding the batch's statistics sum_c m^c [o, o xc, o xc^2] and
+    KL(m^c || b); F_T follows from those sums. The result equals ``fit_mcvq``'s
+    (same start, same iterations, same stopping; tested in float64 to 1e-9).
+
+    Passes: 1 (checks, counts, observed column means: the shift of the centred
+    moments), 1 (column variances, the rows the start picks), 1 (the E-step of
+    the start), one per iteration, and one more with ``return_m``.
+
+    The start is ``fit_mcvq``'s (``inference.mcvq.em.init``) from the whole data:
+    its column statistics come from the first two passes and the examples it picks
+    (by index, from the same random draw) are gathered in the second.
+
+    Differences from ``fit_mcvq``: ``m`` is ``None`` unless ``return_m=True``
+    (an (N, K, J) array on the host, filled by one more pass: the E-step of the
+    kept start, which is the ``m`` ``fit_mcvq`` returns); all restarts run side by
+    side on every batch (``restart_batch_size`` does not apply); no devices, mesh
+    or checkpoints. A one-shot iterator cannot be used (several passes).
+
+    Parameters
+    ----------
+    source : array, np.memmap, callable or iterable (:class:`BatchSource`)
+        Rows (N, D). Items may be arrays (every entry observed, all finite) or
+        ``(x_batch, mask_batch)`` pairs (a list of pairs, or a callable returning
+        an iterator of pairs): the mask streams with its batch, and x may hold
+        anything (NaN included) where the mask is False.
+    mask : array, np.memmap, callable or iterable, optional
+        Instead of pairs: a second source cut like ``source`` (an array or memmap of
+        x's shape, or batches matching x's row for row), True where observed.
+    num_vqs, num_states, rng_key, temperature_schedule, num_iterations, \
+initial_temperature, variance_floor, tol, a, b, num_restarts
+        As :func:`inference.mcvq.em.fit_mcvq` (the default ``initial_temperature`` is
+        max(N - 1, 1) with N counted by the first pass).
+    batch_size : int, optional
+        Rows per batch (:class:`inference.mixture.stream.BatchSource`).
+    return_m : bool
+        Compute m of every example (see above).
+
+    Returns
+    -------
+    inference.mcvq.em.MCVQResult
+    """
+    from inference.mcvq import em as mcvq_fit
+
+    num_vqs = check_positive_int(num_vqs, "num_vqs")
+    num_states = check_positive_int(num_states, "num_states")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if rng_key is None:
+        raise MissingKeyError("fit_mcvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_positive(variance_floor, "variance_floor")
+    check_positive(tol, "tol") if tol else None
+    data = _MaskedSource(source, mask, batch_size)
+    if not data.reusable:
+        raise ValueError(
+            "source (or mask) is a one-shot iterator, but fit_mcvq_stream makes several passes "
+            "(statistics, start, one per iteration); pass a re-iterable source (an array, "
+            "np.memmap or list of batches) or a callable that returns a fresh iterator")
+
+    # Pass 1: checks, counts and the observed column sums.
+    num, obs_count, obs_sum, first = 0, None, None, None
+    for index, x, obs in data:
+        obs = np.ones(x.shape, bool) if obs is None else obs
+        empty = np.flatnonzero(~obs.any(axis=1))
+        if empty.size:
+            raise ValueError(f"mask leaves example(s) {(empty[:10] + num).tolist()} (rows of "
+                             f"source; batch {index}) without any observed entry; drop them")
+        if first is None:
+            first = x
+            obs_count = np.zeros(x.shape[1])
+            obs_sum = np.zeros(x.shape[1])
+        obs_count += obs.sum(axis=0)
+        obs_sum += np.where(obs, x, 0).astype(np.float64).sum(axis=0)
+        num += x.shape[0]
+    empty_cols = np.flatnonzero(obs_count == 0)
+    if empty_cols.size:
+        raise ValueError(f"mask leaves dimension(s) {empty_cols[:10].tolist()} (columns of "
+                         "source) without any observed entry; drop them")
+    dtype = dtype_of(first)
+    dim = first.shape[1]
+    col_mean = obs_sum / obs_count
+    temperatures, num_iterations = mcvq_fit.schedule(temperature_schedule, num_iterations,
+                                                     initial_temperature, num)
+    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, dtype)
+    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
+
+    # Pass 2: column variances and the rows picked by the start.
+    picks = np.stack([np.asarray(_mcvq_rows(key, jnp.zeros(dim, dtype), num_vqs=num_vqs,
+                                            num_states=num_states, num=num)) for key in keys])
+    picked = np.zeros((*picks.shape, dim))
+    obs_m2, offset = np.zeros(dim), 0
+    for _, x, obs in data:
+        obs = np.ones(x.shape, bool) if obs is None else obs
+        centred = np.where(obs, np.asarray(x, np.float64) - col_mean, 0.0)
+        obs_m2 += (centred * centred).sum(axis=0)
+        here = (picks >= offset) & (picks < offset + x.shape[0])
+        if here.any():
+            local = picks[here] - offset
+            picked[here] = np.where(obs[local], x[local], col_mean)
+        offset += x.shape[0]
+    check_rows(offset, num, "start")
+    variance = obs_m2 / obs_count
+    spread = float(np.mean(variance))
+    floor = variance_floor * (spread if spread > 0 else 1.0)
+    std = jnp.asarray(np.sqrt(np.maximum(variance, floor)), dtype)
+    shift = jnp.asarray(col_mean, dtype)
+    starts = [_mcvq_start(key, jnp.asarray(p, dtype), std, a, num_vqs=num_vqs,
+                          num_states=num_states) for key, p in zip(keys, picked, strict=True)]
+    g, mu, sigma = (jnp.stack(parts) for parts in zip(*starts, strict=True))
+    natural = jax.vmap(mcvq_fit._natural, (0, 0, None))(mu, sigma, shift)
+
+    passes = Pass(_Packed(data), dtype, first.shape[0], block=first.shape[0])
+
+    def e_pass(natural, g, what):
+        stats = kl = None
+        rows_seen = 0
+        for packed, count in passes:
+            s, k = _mcvq_batch(packed, count, shift, natural, g, b)
+            stats, kl = (s, k) if stats is None else (stats + s, kl + k)
+            passes.done(kl)
+            rows_seen += count
+        check_rows(rows_seen, num, what)
+        return stats, kl
+
+    # Pass 3: the start's E-step (its statistics); then one pass per iteration.
+    stats, kl_m = e_pass(natural, g, "start E-step")
+    floor_d = jnp.asarray(floor, dtype)
+    tol_d = jnp.asarray(tol, dtype)
+    temps = jnp.asarray(temperatures, dtype)
+    previous = jnp.full(num_restarts, jnp.inf, dtype)
+    done = np.zeros(num_restarts, bool)
+    counts = np.zeros(num_restarts, np.int64)
+    energies = np.full((num_restarts, num_iterations), np.nan)
+    for it in range(num_iterations):
+        temperature = temps[it]
+        new_g, new_mu, new_sigma, new_natural = _mcvq_update(stats, mu, sigma, shift, a,
+                                                             temperature, floor_d)
+        new_stats, new_kl = e_pass(new_natural, new_g, f"iteration {it + 1}")
+        energy = _mcvq_energy(new_stats, new_natural, new_g, new_kl, a, temperature)
+        same = it > 0 and bool(temperature == temps[max(it - 1, 0)])
+        change = jnp.abs(previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
+        finished = np.asarray(same & (change <= tol_d))
+        running = ~done
+        keep = jnp.asarray(running)
+
+        def pick(new, old, keep=keep):
+            return jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+
+        g, mu, sigma, natural = (pick(n, o) for n, o in ((new_g, g), (new_mu, mu),
+                                                          (new_sigma, sigma),
+                                                          (new_natural, natural)))
+        stats, kl_m, previous = pick(new_stats, stats), pick(new_kl, kl_m), pick(energy,
+                                                                                  previous)
+        energies[running, it] = np.asarray(energy, np.float64)[running]
+        counts = counts + running
+        done = done | (running & finished)
+        if done.all():
+            break
+
+    finals = _mcvq_energy(stats, natural, g, kl_m, a, temps[num_iterations - 1])
+    best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
+    it = int(counts[best])
+    trace = jnp.asarray(energies[best, :it], dtype)
+    if not bool(jnp.all(jnp.isfinite(trace))):
+        warnings.warn("fit_mcvq_stream: the free energy became non-finite; check the data scale "
+                      "and variance_floor", NumericalWarning, stacklevel=2)
+    if not done[best]:
+        warnings.warn(f"fit_mcvq_stream: not converged after {it} iterations (tol={tol}); raise "
+                      "num_iterations or lengthen the schedule at T = 1",
+                      ConvergenceWarning, stacklevel=2)
+    m = None
+    if return_m:
+        parts = []
+        for packed, count in passes:
+            states = _mcvq_states(packed, shift, natural[best], g[best], b)
+            passes.done(states)
+            parts.append(np.asarray(states[:count]))
+        m = jnp.asarray(np.concatenate(parts), dtype)
+    return mcvq_fit.MCVQResult(
+        g=g[best], m=m, mu=mu[best], sigma=sigma[best], a=a, b=b, free_energy_trace=trace,
+        temperature_trace=temps[:it], num_iterations=it, converged=bool(done[best]),
+        variance_floor=floor, restart_free_energies=finals, best_restart=best,
+        restart_converged=jnp.asarray(done))
+
+

@@ -1,0 +1,263 @@
+"""Choosing the number of mixture components (seed 002 sec. 5.1; MODELS.md 3).
+
+The YING-YANG criteria score a k-component fit of the program by the limit of
+the alternation it was fitted with (``inference.mixture.em.CRITERIA`` below):
+
+* ``"J"`` -- J(k) = log k + (d/2) log E_MSE (eq. 24) of k-means (NN-VQ);
+* ``"L_map"`` -- the hard-cut free energy (eq. 20) of hard-cut EM (MAP-VQ), whose
+  -sum alpha log alpha term is the paper's penalty on k;
+* ``"L_stocha"`` -- minus the mean log-likelihood (eq. 14-16) of EM (SVQ). It has
+  no penalty left once the weights are fitted, so it keeps falling with k
+  (``examples/yingyang_selection.py`` measures how often it still picks the
+  truth);
+
+and, as classical references on the EM fits, ``"bic"`` = 2 N L_stocha + p log N
+and ``"aic"`` = 2 N L_stocha + 2 p with p free parameters
+(:func:`num_parameters`), and ``"loo"``: minus the PSIS-LOO expected log
+predictive density that arviz computes from NUTS draws of the program with y
+summed out (``inference.mixture.baselines.mixture_loo``; small data only).
+Every value is "lower is better".
+
+:func:`compare_criteria` fits each mode once per candidate k and restart and
+scores all requested criteria from the same fits; :func:`select_num_components`
+is the one-criterion form. Fits run without pruning (the candidate k is the
+point), and a fit in which a component collapsed onto a point or a subspace
+(likelihood unbounded, held up only by ``reg_covar``) is skipped when choosing
+the best restart; a candidate whose every restart collapsed is excluded from
+the choice, reported in ``degenerate`` and warned about.
+
+References
+----------
+Xu (1995), YING-YANG machine, sec. 4.3 (eq. 20-22), 5.1 (eq. 24). Schwarz (1978)
+for BIC, Akaike (1974) for AIC, Vehtari, Gelman and Gabry (2017) for PSIS-LOO.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from inference.mixture.em import fit_mixture
+from ppl_models import mixture
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
+
+__all__ = ["SelectionResult", "CRITERIA", "num_parameters", "compare_criteria",
+           "select_num_components"]
+
+#: The fit every criterion scores: a mode of :func:`inference.mixture.em.fit_mixture`,
+#: or ``"mcmc"`` (NUTS on the program, for ``"loo"``).
+CRITERIA = {"J": "nearest", "L_map": "map", "L_stocha": "stochastic", "bic": "stochastic",
+            "aic": "stochastic", "loo": "mcmc"}
+
+
+class SelectionResult(NamedTuple):
+    """One criterion over the candidate numbers of components.
+
+    Attributes
+    ----------
+    criterion : str
+    candidates : tuple of int
+    values : tuple of float
+        The criterion of every candidate k at its best restart (lower is better;
+        ``inf`` for a degenerate candidate).
+    choice : int
+        The candidate with the least value.
+    fits : tuple
+        The best restart of every candidate (``MixtureResult``; for ``"loo"`` the
+        ``(elpd_loo, se, pareto_k_max)`` of arviz).
+    degenerate : tuple of int
+        Candidates excluded because every restart collapsed.
+    """
+
+    criterion: str
+    candidates: tuple
+    values: tuple
+    choice: int
+    fits: tuple
+    degenerate: tuple = ()
+
+    def table(self) -> str:
+        """The values as a two-column text table with the choice marked."""
+        lines = [f"{'k':>4s}  {self.criterion:>14s}"]
+        for k, value in zip(self.candidates, self.values, strict=True):
+            mark = "  <- choice" if k == self.choice else ""
+            mark += "  (degenerate)" if k in self.degenerate else ""
+            lines.append(f"{k:4d}  {value:14.5f}{mark}")
+        return "\n".join(lines)
+
+
+def num_parameters(num_components: int, dim: int, covariance: str) -> int:
+    """Free parameters of a k-component mixture: k - 1 weights, k means, k covariances."""
+    if covariance not in mixture.COVARIANCES:
+        raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got {covariance!r}")
+    per_component = {"full": dim * (dim + 1) // 2, "diag": dim, "spherical": 1}[covariance]
+    return (num_components - 1) + num_components * (dim + per_component)
+
+
+def _value(criterion, fit, num, dim):
+    """The criterion of one fit (lower is better)."""
+    if criterion in ("J", "L_map", "L_stocha"):
+        return getattr(fit, criterion)
+    cov_type = "spherical" if fit.mode == "nearest" else fit.covariance
+    penalty = num_parameters(fit.num_components, dim, cov_type)
+    penalty *= math.log(num) if criterion == "bic" else 2.0
+    return 2 * num * fit.L_stocha + penalty
+
+
+def _check_candidates(candidates):
+    try:
+        candidates = tuple(candidates)
+    except TypeError:
+        raise TypeError(f"candidates must be a sequence of positive integers; got "
+                        f"{candidates!r}") from None
+    if not candidates:
+        raise ValueError("candidates must hold at least one number of components")
+    candidates = tuple(check_positive_int(k, "candidates") for k in candidates)
+    if len(set(candidates)) != len(candidates):
+        raise ValueError(f"candidates must not repeat a number; got {candidates}")
+    return candidates
+
+
+def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic", "aic"),
+                     covariance: str = "full", rng_key, num_restarts: int = 3,
+                     loo_options=None, **fit_kwargs) -> dict:
+    """Several criteria over the candidate k, sharing the fits of each mode.
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+    candidates : sequence of int
+        Numbers of components to try (distinct, each at most the number of
+        distinct examples).
+    criteria : sequence of str
+        Keys of :data:`CRITERIA`.
+    covariance : {"full", "diag", "spherical"}
+        Family of the EM and hard-cut EM fits (k-means is always spherical).
+    rng_key : jax.random key
+        Split per candidate and restart; the same keys serve every mode.
+    num_restarts : int
+        k-means++ restarts per candidate and mode; the best restart by each
+        criterion counts.
+    loo_options : dict, optional
+        Passed to ``inference.mixture.baselines.mixture_loo`` (``num_warmup``,
+        ``num_samples``, ...) for ``"loo"``.
+    **fit_kwargs
+        Passed to :func:`inference.mixture.em.fit_mixture` (``max_iterations``,
+        ``reg_covar``, ...).
+
+    Returns
+    -------
+    dict
+        ``{criterion: SelectionResult}``.
+
+    Warns
+    -----
+    NumericalWarning
+        A candidate whose every restart collapsed (excluded from the choice).
+    """
+    if isinstance(criteria, str):
+        raise TypeError(f"criteria must be a sequence of names among {sorted(CRITERIA)}, not "
+                        f"one string; got {criteria!r} (write ({criteria!r},))")
+    criteria = tuple(criteria)
+    unknown = [c for c in criteria if c not in CRITERIA]
+    if unknown or not criteria:
+        raise ValueError(f"criteria must be among {sorted(CRITERIA)}; got {list(criteria)!r}")
+    candidates = _check_candidates(candidates)
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if rng_key is None:
+        raise MissingKeyError("rng_key is required (a jax.random key)")
+    check_rng_key(rng_key)
+    if "prune" in fit_kwargs:
+        raise TypeError("compare_criteria fits every candidate without pruning; do not pass "
+                        "prune")
+    x = check_data(x, "x")
+    num, dim = x.shape
+    if max(candidates) > num:
+        raise ValueError(f"candidates must be at most the {num} examples (rows) of x; got "
+                         f"{candidates}")
+    keys = jax.random.split(rng_key, len(candidates))
+    results = {}
+    for mode in dict.fromkeys(CRITERIA[c] for c in criteria):
+        names = [c for c in criteria if CRITERIA[c] == mode]
+        if mode == "mcmc":
+            results["loo"] = _loo(x, candidates, keys, covariance, loo_options or {})
+            continue
+        best = {c: [(math.inf, None)] * len(candidates) for c in names}
+        for index, (k, key) in enumerate(zip(candidates, keys, strict=True)):
+            for restart_key in jax.random.split(key, num_restarts):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
+                                      rng_key=restart_key, **fit_kwargs)
+                if fit.collapsed:
+                    continue
+                for c in names:
+                    value = _value(c, fit, num, dim)
+                    if value < best[c][index][0]:
+                        best[c][index] = (value, fit)
+        for c in names:
+            values = tuple(float(v) for v, _ in best[c])
+            degenerate = tuple(k for k, (_, fit) in zip(candidates, best[c], strict=True)
+                               if fit is None)
+            if degenerate:
+                warnings.warn(f"compare_criteria: for k in {list(degenerate)} every restart of "
+                              f"mode {mode!r} collapsed a component; excluded from {c!r}",
+                              NumericalWarning, stacklevel=2)
+            if len(degenerate) == len(candidates):
+                raise ValueError(f"every candidate collapsed under {c!r}: the candidates "
+                                 f"{candidates} are too many components for {num} examples")
+            choice = candidates[int(np.argmin(values))]
+            results[c] = SelectionResult(c, candidates, values, choice,
+                                         tuple(fit for _, fit in best[c]), degenerate)
+    return {c: results[c] for c in criteria}
+
+
+def _loo(x, candidates, keys, covariance, options):
+    """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
+    from inference.mixture.baselines import mixture_loo
+
+    values, fits = [], []
+    for k, key in zip(candidates, keys, strict=True):
+        elpd, se, pareto_k = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)
+        values.append(-float(elpd))
+        fits.append((float(elpd), float(se), float(pareto_k)))
+    choice = candidates[int(np.argmin(values))]
+    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits))
+
+
+def select_num_components(x, candidates, *, criterion: str = "J", covariance: str = "full",
+                          rng_key, num_restarts: int = 3, **kwargs) -> SelectionResult:
+    """Choose the number of components by one criterion (see :func:`compare_criteria`).
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+    candidates : sequence of int
+    criterion : {"J", "L_map", "L_stocha", "bic", "aic", "loo"}
+        J (eq. 24) scores k-means, L_map hard-cut EM, L_stocha / BIC / AIC EM,
+        LOO NUTS draws of the program.
+    covariance, rng_key, num_restarts, **kwargs
+        As for :func:`compare_criteria`.
+
+    Returns
+    -------
+    SelectionResult
+        ``choice`` is the selected k; ``table()`` prints the values.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 600, 3, 2, separation=8.0)
+    >>> select_num_components(data.x, range(2, 5), rng_key=jax.random.key(1)).choice
+    3
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {sorted(CRITERIA)}; got {criterion!r}")
+    return compare_criteria(x, candidates, criteria=(criterion,), covariance=covariance,
+                            rng_key=rng_key, num_restarts=num_restarts, **kwargs)[criterion]

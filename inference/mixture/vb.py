@@ -1,0 +1,630 @@
+"""Variational Bayes for the Gaussian mixture, with pruning (Corduneanu & Bishop 2001).
+
+The program is ``ppl_models.vb_mixture.model``: Wishart(nu0, W0) priors on the
+precisions Lambda_j, Normal(m0, beta0^-1 I) priors on the means m_j, fixed
+mixing weights alpha. Variational Bayes approximates the posterior by the
+factorised
+
+    Q(m, Lambda, y) = prod_j N(m_j; mu_j, S_j) Wishart(Lambda_j; nu_j, W_j) prod_i Q(y_i)
+
+and maximises the lower bound L(Q) <= log p(x | alpha) on the evidence over Q
+*and* over alpha (type-II maximum likelihood; Corduneanu & Bishop sec. 3).
+Started with a generous number of components, the weights of the unneeded ones
+shrink to zero; a component whose weight falls below ``prune_threshold`` is
+removed (Corduneanu & Bishop sec. 3-4), so the run selects the number of
+components.
+
+One :func:`step` performs, in this order, coordinate ascent on L (each update
+maximises L in its own factor with the others fixed, so none lowers L):
+
+1. Q(Lambda_j): nu_j = nu0 + N_j, W_j^-1 = W0^-1 + sum_i r_ij (x_i - mu_j)(x_i -
+   mu_j)^T + N_j S_j, with N_j = sum_i r_ij (Corduneanu & Bishop sec. 3,
+   written with the current Q(m_j));
+2. Q(m_j): S_j^-1 = beta0 I + N_j nu_j W_j, mu_j = S_j (beta0 m0 + nu_j W_j sum_i
+   r_ij x_i) (same section);
+3. alpha_j = N_j / N (the maximiser of L over alpha; sec. 3);
+4. pruning: an active component with alpha_j < ``prune_threshold`` is removed:
+   alpha_j = 0, its Q(m_j), Q(Lambda_j) reset to the prior (its KL terms vanish)
+   and the other weights renormalised;
+5. Q(y_i = j) = r_ij proportional to alpha_j exp(E[log N(x_i | m_j, Lambda_j)])
+   over the active components, in the log domain (PRML eq. 10.46-10.49), and the
+   bound L at the new Q.
+
+The bound (PRML sec. 10.2.2, eq. 10.70-10.77, with the Normal-Wishart terms
+replaced by the independent Normal and Wishart ones of the factorised Q) is,
+at the optimal Q(y) of step 5,
+
+    L = sum_i log sum_j alpha_j exp(E_Q[log N(x_i | m_j, Lambda_j)])
+        - sum_j KL(Q(m_j) || p(m_j)) - sum_j KL(Q(Lambda_j) || p(Lambda_j)),
+
+    E_Q[log N(x | m_j, Lambda_j)] = (E[log|Lambda_j|] - d log 2 pi
+        - nu_j ((x - mu_j)^T W_j (x - mu_j) + tr(W_j S_j))) / 2,
+
+with E[log|Lambda_j|] from PRML eq. 10.65 / B.81. It equals the ELBO of the
+same Q under the program, which ``tests/test_vb_mixture.py`` checks against
+NumPyro's ``Trace_ELBO``. So L never decreases from one iteration to the next,
+except by pruning: removing a component with expected count n = N alpha_j lowers
+the log-sum-exp term by at most n / (1 - n) (and raises L by its KL terms), so
+pruning a component of zero weight never lowers L, and with the default
+threshold (1e-5) the possible loss is at most about N 1e-5 nats (0.003 for
+N = 300, against a bound of order -N; over 10 planted runs with N = 600 the
+largest expected count pruned at once was 0.006). The result reports the count
+pruned per iteration and flags (``monotone``) a decrease that this does not
+explain.
+
+``covariance="diag"`` is the same algorithm with independent Gamma priors on
+diagonal precisions (Corduneanu & Bishop's one-dimensional case, applied per
+dimension): a Gamma(a, b) precision is a one-dimensional Wishart(2 a, 1 / (2 b)),
+so the updates are the ones above with the scatter matrices' off-diagonal parts
+dropped, and E[log|Lambda|] and the KL term become sums over dimensions.
+
+The state has a fixed size (``max_components`` slots with an ``active`` mask),
+so :func:`init` and :func:`step` are pure and jittable and the driver
+:func:`fit_vb_mixture` iterates with ``lax.while_loop``.
+
+References
+----------
+Corduneanu, A. and Bishop, C. M. (2001), "Variational Bayesian model selection
+for mixture distributions", AISTATS, sec. 2-4 (updates, type-II ML weights,
+pruning). Bishop, C. M. (2006), Pattern Recognition and Machine Learning,
+sec. 10.2 (the bound's terms, eq. 10.64-10.77) and appendix B (Wishart moments).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import digamma, multigammaln
+
+from inference.mixture.em import _kmeans_plus_plus
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import (
+    MissingKeyError,
+    check_data,
+    check_fraction,
+    check_positive_int,
+    check_rng_key,
+    check_tolerance,
+)
+from ppl_models.vb_mixture import VBPrior, prior_from_data
+
+#: Covariance families: full precision matrices (Wishart) or diagonal ones (Gamma).
+COVARIANCES = ("full", "diag")
+
+__all__ = ["COVARIANCES", "VBMixtureState", "VBMixtureInfo", "VBMixtureResult", "init", "step",
+           "bound", "fit_vb_mixture"]
+
+
+class VBMixtureState(NamedTuple):
+    """Fixed-size state of the VB iteration (k = ``max_components`` slots).
+
+    Attributes
+    ----------
+    weights : array (k,)
+        alpha, zero for pruned slots.
+    active : bool array (k,)
+        Slots still in the model.
+    mean_mean : array (k, d)
+        mu_j, the mean of Q(m_j).
+    mean_covariance : array (k, d, d)
+        S_j, the covariance of Q(m_j).
+    wishart_dof : array (k,)
+        nu_j of Q(Lambda_j).
+    wishart_scale : array (k, d, d)
+        W_j of Q(Lambda_j) (E[Lambda_j] = nu_j W_j).
+    responsibilities : array (num_examples, k)
+        r_ij = Q(y_i = j), zero for pruned slots.
+    bound : float
+        L(Q) at this state (-inf before the first step).
+    iteration : int
+    all_pruned : bool
+        A step would have pruned every component; it was not applied.
+    """
+
+    weights: jax.Array
+    active: jax.Array
+    mean_mean: jax.Array
+    mean_covariance: jax.Array
+    wishart_dof: jax.Array
+    wishart_scale: jax.Array
+    responsibilities: jax.Array
+    bound: jax.Array
+    iteration: jax.Array
+    all_pruned: jax.Array
+
+
+class VBMixtureInfo(NamedTuple):
+    """What one :func:`step` did.
+
+    Attributes
+    ----------
+    bound : float
+        L(Q) after the step.
+    bound_change : float
+        New minus previous bound.
+    num_components : int
+        Active components after the step.
+    pruned_count : float
+        Sum of the expected counts N alpha_j of the components pruned in the step
+        (bounds the decrease of L that pruning may cause; module docstring).
+    """
+
+    bound: jax.Array
+    bound_change: jax.Array
+    num_components: jax.Array
+    pruned_count: jax.Array
+
+
+def _chol_inverse(matrix):
+    """Inverse of symmetric positive-definite matrices (..., d, d) through Cholesky."""
+    tril = jnp.linalg.cholesky(matrix)
+    eye = jnp.broadcast_to(jnp.eye(matrix.shape[-1], dtype=matrix.dtype), matrix.shape)
+    inv_tril = jax.scipy.linalg.solve_triangular(tril, eye, lower=True)
+    return jnp.swapaxes(inv_tril, -1, -2) @ inv_tril
+
+
+def _log_det(matrix):
+    tril = jnp.linalg.cholesky(matrix)
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
+
+
+def _expected_log_det(dof, scale, covariance):
+    """E[log|Lambda|] under Q(Lambda) (PRML eq. 10.65, B.81).
+
+    ``"full"``: Wishart(dof, scale); ``"diag"``: independent Gamma(dof / 2, rate
+    1 / (2 W_dd)) precisions, i.e. one-dimensional Wisharts, on the diagonal.
+    """
+    d = scale.shape[-1]
+    if covariance == "diag":
+        return d * (digamma(dof / 2.0) + math.log(2.0)) + _log_det(scale)
+    i = jnp.arange(1, d + 1, dtype=scale.dtype)
+    return (jnp.sum(digamma((dof[..., None] + 1.0 - i) / 2.0), axis=-1) + d * math.log(2.0)
+            + _log_det(scale))
+
+
+def _diagonal_prior(prior, covariance):
+    """The prior the family uses: for ``"diag"`` only the diagonal of W0^-1."""
+    if covariance == "diag":
+        return prior._replace(covariance=jnp.diag(jnp.diagonal(prior.covariance)))
+    return prior
+
+
+def _check_covariance(covariance):
+    if covariance not in COVARIANCES:
+        raise ValueError(f"covariance must be one of {COVARIANCES}; got {covariance!r}")
+
+
+def _expected_log_gaussian(x, state, covariance):
+    """E_Q[log N(x_i | m_j, Lambda_j)], (num_examples, k) (module docstring)."""
+    d = x.shape[1]
+    diff = x[:, None, :] - state.mean_mean[None]                        # (N, k, d)
+    scale_tril = jnp.linalg.cholesky(state.wishart_scale)              # (k, d, d)
+    quad = jnp.sum(jnp.einsum("kde,nkd->nke", scale_tril, diff) ** 2, axis=-1)
+    trace = jnp.sum(state.wishart_scale * state.mean_covariance, axis=(-2, -1))
+    return 0.5 * (_expected_log_det(state.wishart_dof, state.wishart_scale, covariance)
+                  - d * math.log(2.0 * math.pi) - state.wishart_dof * (quad + trace))
+
+
+def _kl_means(state, prior):
+    """KL(N(mu_j, S_j) || N(m0, beta0^-1 I)) per slot, (k,)."""
+    d = state.mean_mean.shape[1]
+    beta0 = 1.0 / prior.mean_scale ** 2
+    trace = jnp.trace(state.mean_covariance, axis1=-2, axis2=-1)
+    dist2 = jnp.sum((state.mean_mean - prior.mean) ** 2, axis=-1)
+    return 0.5 * (beta0 * (trace + dist2) - d - _log_det(state.mean_covariance)
+                  - d * jnp.log(beta0))
+
+
+def _wishart_kl(nu, log_det_w, nu0, log_det_w0, e_log_det, trace, d):
+    """KL(Wishart(nu, W) || Wishart(nu0, W0)) from log|W|, log|W0|, E[log|Lambda|] and
+    tr(W0^-1 W) (PRML eq. B.78-B.82)."""
+    log_q = (-0.5 * nu * log_det_w - 0.5 * nu * d * math.log(2.0) - multigammaln(0.5 * nu, d)
+             + 0.5 * (nu - d - 1.0) * e_log_det - 0.5 * nu * d)
+    log_p = (-0.5 * nu0 * log_det_w0 - 0.5 * nu0 * d * math.log(2.0)
+             - multigammaln(0.5 * nu0, d) + 0.5 * (nu0 - d - 1.0) * e_log_det
+             - 0.5 * nu * trace)
+    return log_q - log_p
+
+
+def _kl_precisions(state, prior, covariance):
+    """KL(Q(Lambda_j) || p(Lambda_j)) per slot, (k,)."""
+    nu, scale = state.wishart_dof, state.wishart_scale
+    if covariance == "diag":
+        w = jnp.diagonal(scale, axis1=-2, axis2=-1)                      # (k, d)
+        rate0 = jnp.diagonal(prior.covariance)                           # (d,)
+        log_w = jnp.log(w)
+        kl = _wishart_kl(nu[:, None], log_w, prior.dof, -jnp.log(rate0),
+                         digamma(nu[:, None] / 2.0) + math.log(2.0) + log_w, rate0 * w, 1)
+        return jnp.sum(kl, axis=-1)
+    d = scale.shape[-1]
+    return _wishart_kl(nu, _log_det(scale), prior.dof, -_log_det(prior.covariance),
+                       _expected_log_det(nu, scale, covariance),
+                       jnp.sum(prior.covariance * scale, axis=(-2, -1)), d)
+
+
+def _e_step(x, state, prior, covariance):
+    """Responsibilities (N, k) and the bound L at them (log domain)."""
+    log_rho = jnp.log(state.weights) + _expected_log_gaussian(x, state, covariance)
+    log_rho = jnp.where(state.active, log_rho, -jnp.inf)
+    log_norm = jax.nn.logsumexp(log_rho, axis=1, keepdims=True)
+    resp = jnp.exp(log_rho - log_norm)
+    kl = jnp.where(state.active,
+                   _kl_means(state, prior) + _kl_precisions(state, prior, covariance), 0.0)
+    return resp, jnp.sum(log_norm) - jnp.sum(kl)
+
+
+def bound(x, state: VBMixtureState, prior: VBPrior, covariance: str = "full"):
+    """L(Q) for the state's Q(m), Q(Lambda), weights and the optimal Q(y) (module docstring).
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+    state : VBMixtureState
+    prior : VBPrior
+    covariance : {"full", "diag"}
+
+    Returns
+    -------
+    float
+    """
+    _check_covariance(covariance)
+    return _e_step(x, state, _diagonal_prior(prior, covariance), covariance)[1]
+
+
+def _update_parameters(x, resp, state, prior, covariance):
+    """Steps 1-3 of the module docstring with the responsibilities fixed."""
+    d = x.shape[1]
+    counts = jnp.sum(resp, axis=0)                                      # (k,)
+    safe = jnp.maximum(counts, jnp.finfo(x.dtype).tiny)
+    xbar = (resp.T @ x) / safe[:, None]                                 # (k, d)
+    diff = x[:, None, :] - xbar[None]                                   # (N, k, d)
+    scatter = jnp.einsum("nk,nkd,nke->kde", resp, diff, diff)
+    # 1. Q(Lambda) given Q(m): the expected scatter about m_j.
+    offset = xbar - state.mean_mean
+    rate = (prior.covariance + scatter + counts[:, None, None]
+            * (offset[:, :, None] * offset[:, None, :] + state.mean_covariance))
+    rate = 0.5 * (rate + jnp.swapaxes(rate, -1, -2))
+    if covariance == "diag":   # independent Gamma precisions: only the diagonal scatter
+        rate = rate * jnp.eye(d, dtype=x.dtype)
+    wishart_scale = _chol_inverse(rate)
+    wishart_dof = prior.dof + counts
+    # 2. Q(m) given Q(Lambda).
+    beta0 = 1.0 / prior.mean_scale ** 2
+    expected_precision = wishart_dof[:, None, None] * wishart_scale
+    mean_precision = beta0 * jnp.eye(d, dtype=x.dtype) + counts[:, None, None] * expected_precision
+    mean_covariance = _chol_inverse(mean_precision)
+    target = beta0 * prior.mean + counts[:, None] * jnp.einsum("kde,ke->kd",
+                                                               expected_precision, xbar)
+    mean_mean = jnp.einsum("kde,ke->kd", mean_covariance, target)
+    # 3. Type-II maximum likelihood weights.
+    weights = counts / x.shape[0]
+    return state._replace(weights=weights, mean_mean=mean_mean, mean_covariance=mean_covariance,
+                          wishart_dof=wishart_dof, wishart_scale=wishart_scale), counts
+
+
+def _reset_to_prior(state, keep, prior):
+    """Slots where ``keep`` is False get Q equal to the prior and weight 0."""
+    d = state.mean_mean.shape[1]
+    prior_scale = _chol_inverse(prior.covariance)
+    prior_mean_cov = prior.mean_scale ** 2 * jnp.eye(d, dtype=state.mean_mean.dtype)
+    keep2, keep3 = keep[:, None], keep[:, None, None]
+    return state._replace(
+        weights=jnp.where(keep, state.weights, 0.0),
+        mean_mean=jnp.where(keep2, state.mean_mean, prior.mean),
+        mean_covariance=jnp.where(keep3, state.mean_covariance, prior_mean_cov),
+        wishart_dof=jnp.where(keep, state.wishart_dof, prior.dof),
+        wishart_scale=jnp.where(keep3, state.wishart_scale, prior_scale))
+
+
+def step(state: VBMixtureState, x, prior: VBPrior, prune_threshold, covariance: str = "full"):
+    """One VB iteration: Q(Lambda), Q(m), alpha, pruning, Q(y) (module docstring, steps 1-5).
+
+    Deterministic, so it takes no key. Pure and jittable.
+
+    Parameters
+    ----------
+    state : VBMixtureState
+    x : array (num_examples, d)
+    prior : VBPrior
+    prune_threshold : float
+        Active components with alpha_j below it are removed.
+    covariance : {"full", "diag"}
+        Family (static under ``jit``).
+
+    Returns
+    -------
+    (VBMixtureState, VBMixtureInfo)
+    """
+    _check_covariance(covariance)
+    prior = _diagonal_prior(prior, covariance)
+    updated, counts = _update_parameters(x, state.responsibilities, state, prior, covariance)
+    prune = state.active & (updated.weights < prune_threshold)
+    all_pruned = jnp.all(prune | ~state.active)
+    prune = prune & ~all_pruned
+    active = state.active & ~prune
+    updated = _reset_to_prior(updated._replace(active=active), active, prior)
+    updated = updated._replace(weights=updated.weights / jnp.sum(updated.weights))
+    resp, new_bound = _e_step(x, updated, prior, covariance)
+    new_state = updated._replace(responsibilities=resp, bound=new_bound,
+                                 iteration=state.iteration + 1,
+                                 all_pruned=state.all_pruned | all_pruned)
+    info = VBMixtureInfo(new_bound, new_bound - state.bound, jnp.sum(active),
+                         jnp.sum(jnp.where(prune, counts, 0.0)))
+    return new_state, info
+
+
+def init(rng_key, x, max_components: int, prior: VBPrior,
+         covariance: str = "full") -> VBMixtureState:
+    """Initial state: k-means++ centres, hard nearest-centre responsibilities.
+
+    Q(m_j) starts as a point mass at centre j (S_j = 0) and Q(Lambda_j), alpha as
+    the prior and 1/k; the first :func:`step` replaces all of them. Slots whose
+    centre receives no example (duplicate rows) get weight 0 there and are pruned.
+
+    Parameters
+    ----------
+    rng_key : jax.random key
+    x : array (num_examples, d)
+    max_components : int
+        Number of slots k (static).
+    prior : VBPrior
+    covariance : {"full", "diag"}
+
+    Returns
+    -------
+    VBMixtureState
+    """
+    _check_covariance(covariance)
+    prior = _diagonal_prior(prior, covariance)
+    k, d = max_components, x.shape[1]
+    centres = _kmeans_plus_plus(rng_key, x, k)
+    dist2 = jnp.sum((x[:, None, :] - centres[None]) ** 2, axis=-1)
+    resp = jax.nn.one_hot(jnp.argmin(dist2, axis=1), k, dtype=x.dtype)
+    return VBMixtureState(
+        weights=jnp.full(k, 1.0 / k, x.dtype), active=jnp.ones(k, bool), mean_mean=centres,
+        mean_covariance=jnp.zeros((k, d, d), x.dtype),
+        wishart_dof=jnp.full(k, prior.dof, x.dtype),
+        wishart_scale=jnp.broadcast_to(_chol_inverse(prior.covariance), (k, d, d)),
+        responsibilities=resp, bound=jnp.array(-jnp.inf, x.dtype),
+        iteration=jnp.array(0, jnp.int32), all_pruned=jnp.array(False))
+
+
+@functools.partial(jax.jit, static_argnames=("max_components", "max_iterations", "covariance"))
+def _run(rng_key, x, prior, prune_threshold, tol, *, max_components, max_iterations,
+         covariance):
+    state = init(rng_key, x, max_components, prior, covariance)
+    traces = (jnp.full(max_iterations, jnp.nan, x.dtype),
+              jnp.zeros(max_iterations, jnp.int32), jnp.zeros(max_iterations, x.dtype))
+    scale = tol * x.shape[0]
+
+    def cond(carry):
+        state, _, done = carry
+        return (state.iteration < max_iterations) & ~done
+
+    def body(carry):
+        state, (bounds, counts, pruned), _ = carry
+        new, info = step(state, x, prior, prune_threshold, covariance)
+        t = state.iteration
+        bounds = bounds.at[t].set(info.bound)
+        counts = counts.at[t].set(info.num_components.astype(jnp.int32))
+        pruned = pruned.at[t].set(info.pruned_count)
+        settled = ((jnp.abs(info.bound_change) <= scale) & (info.pruned_count == 0)
+                   & (new.iteration >= 2))
+        done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
+        return new, (bounds, counts, pruned), done
+
+    state, traces, done = jax.lax.while_loop(cond, body, (state, traces, jnp.array(False)))
+    return state, traces, done
+
+
+class VBMixtureResult(NamedTuple):
+    """Result of :func:`fit_vb_mixture`: the surviving components only.
+
+    Attributes
+    ----------
+    weights : array (k,)
+        Type-II maximum-likelihood mixing weights alpha of the k survivors.
+    means : array (k, d)
+        E_Q[m_j] = mu_j.
+    mean_covariances : array (k, d, d)
+        S_j, the covariance of Q(m_j).
+    wishart_dof : array (k,)
+        nu_j of Q(Lambda_j).
+    wishart_scale : array (k, d, d)
+        W_j of Q(Lambda_j).
+    precisions : array (k, d, d)
+        E_Q[Lambda_j] = nu_j W_j.
+    covariances : array (k, d, d)
+        E_Q[Lambda_j]^-1 = W_j^-1 / nu_j (scikit-learn's ``covariances_``).
+    responsibilities : array (num_examples, k)
+        Q(y_i = j).
+    labels : int32 array (num_examples,)
+        Most probable surviving component of every example.
+    num_components : int
+        Surviving components k.
+    num_start : int
+        ``max_components``.
+    component_index : int array (k,)
+        Starting slots of the survivors.
+    bound : float
+        L(Q) at the result.
+    bound_trace : array (num_iterations,)
+        L(Q) after every iteration (non-decreasing up to pruning; module docstring).
+    num_components_trace : int array (num_iterations,)
+        Active components after every iteration.
+    pruned_count_trace : array (num_iterations,)
+        Expected count N alpha_j removed by pruning at every iteration.
+    num_iterations : int
+    converged : bool
+        The per-example bound change fell below ``tol`` with nothing pruned.
+    monotone : bool
+        No decrease of the bound beyond rounding and the pruning allowance.
+    prior : VBPrior
+        The hyperparameters used (defaults filled in; for ``"diag"`` the diagonal
+        of W0^-1 only).
+    covariance : str
+        ``"full"`` or ``"diag"`` (then W_j is diagonal and Q(tau_jd) = Gamma(nu_j / 2,
+        rate 1 / (2 W_j,dd)) for the program's site "tau").
+    """
+
+    weights: jax.Array
+    means: jax.Array
+    mean_covariances: jax.Array
+    wishart_dof: jax.Array
+    wishart_scale: jax.Array
+    precisions: jax.Array
+    covariances: jax.Array
+    responsibilities: jax.Array
+    labels: jax.Array
+    num_components: int
+    num_start: int
+    component_index: jax.Array
+    bound: float
+    bound_trace: jax.Array
+    num_components_trace: jax.Array
+    pruned_count_trace: jax.Array
+    num_iterations: int
+    converged: bool
+    monotone: bool
+    prior: VBPrior
+    covariance: str
+
+
+def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
+                   prune_threshold: float = 1e-5,
+                   max_iterations: int = 500, tol: float = 1e-7, mean_prior_mean=None,
+                   mean_prior_scale=None, dof_prior=None,
+                   covariance_prior=None) -> VBMixtureResult:
+    """Variational Bayes Gaussian mixture with type-II ML weights and pruning.
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+        Data (finite).
+    max_components : int
+        Components at the start (generous: unneeded ones are pruned); at most
+        ``num_examples``.
+    rng_key : jax.random key
+        For the k-means++ start.
+    covariance : {"full", "diag"}
+        ``"full"``: Wishart priors and posteriors on full precision matrices;
+        ``"diag"``: independent Gamma(nu0 / 2, rate (W0^-1)_dd / 2) priors on the
+        diagonal precisions (only the diagonal of ``covariance_prior`` is used;
+        ``ppl_models.vb_mixture.model(covariance="diag")``).
+    prune_threshold : float in (0, 1)
+        A component whose weight alpha_j falls below it is removed. The default
+        1e-5 keeps the bound's possible loss from a pruning (at most about N
+        alpha_j nats; module docstring) negligible against the bound (order -N).
+    max_iterations : int
+    tol : float
+        Convergence when the bound changes by less than ``tol`` per example
+        in an iteration that pruned nothing.
+    mean_prior_mean, mean_prior_scale, dof_prior, covariance_prior : optional
+        Hyperparameters m0 (d,), beta0^-1/2 > 0, nu0 > d - 1, W0^-1 (positive
+        scalar or positive-definite (d, d)); ``None`` derives them from the data
+        (``ppl_models.vb_mixture.prior_from_data``).
+
+    Returns
+    -------
+    VBMixtureResult
+
+    Raises
+    ------
+    ValueError
+        Bad data (not 2-D, empty, NaN/inf), ``max_components`` < 1 or above
+        ``num_examples``, ``prune_threshold`` outside (0, 1), ``max_iterations``
+        < 1, ``tol`` not positive, a bad hyperparameter, or a run whose pruning
+        would remove every component (threshold above every weight).
+    TypeError
+        Wrong argument types, or no ``rng_key``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        ``max_iterations`` reached before convergence (``converged=False``).
+    NumericalWarning
+        Non-finite bound, or a decrease of the bound that pruning does not explain
+        (``monotone=False``).
+
+    References
+    ----------
+    Corduneanu & Bishop (2001) sec. 3-4; Bishop PRML sec. 10.2.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 300, 3, 2, separation=8.0)
+    >>> fit = fit_vb_mixture(data.x, 6, rng_key=jax.random.key(1))
+    >>> fit.num_components
+    3
+    """
+    x = check_data(x, "x")
+    _check_covariance(covariance)
+    num_examples = x.shape[0]
+    max_components = check_positive_int(
+        max_components, "max_components", maximum=num_examples,
+        why=" (the number of examples, rows of x)")
+    if rng_key is None:
+        raise MissingKeyError("rng_key must be a jax.random key; got None")
+    check_rng_key(rng_key)
+    prune_threshold = check_fraction(prune_threshold, "prune_threshold")
+    max_iterations = check_positive_int(max_iterations, "max_iterations")
+    tol = check_tolerance(tol, "tol")
+    prior = prior_from_data(x, mean_prior_mean=mean_prior_mean,
+                            mean_prior_scale=mean_prior_scale, dof_prior=dof_prior,
+                            covariance_prior=covariance_prior)
+    prior = _diagonal_prior(VBPrior(
+        jnp.asarray(prior.mean, x.dtype), jnp.asarray(prior.mean_scale, x.dtype),
+        jnp.asarray(prior.dof, x.dtype), jnp.asarray(prior.covariance, x.dtype)), covariance)
+    state, (bounds, counts, pruned), _ = _run(
+        rng_key, x, prior, jnp.asarray(prune_threshold, x.dtype), jnp.asarray(tol, x.dtype),
+        max_components=max_components, max_iterations=max_iterations, covariance=covariance)
+    if bool(state.all_pruned):
+        raise ValueError(
+            f"prune_threshold={prune_threshold} would prune every component (all weights "
+            f"fell below it at iteration {int(state.iteration)}); lower it")
+    num_iterations = int(state.iteration)
+    bounds, counts, pruned = (bounds[:num_iterations], counts[:num_iterations],
+                              pruned[:num_iterations])
+    finite = bool(jnp.all(jnp.isfinite(bounds)))
+    change = np.diff(np.asarray(bounds, dtype=np.float64))
+    allowance = np.asarray(pruned[1:], np.float64)
+    allowance = allowance / np.maximum(1.0 - allowance, 1e-12) * (allowance < 1)
+    allowance = np.where(np.asarray(pruned[1:]) >= 1, np.inf, allowance)
+    rounding = 64 * float(jnp.finfo(x.dtype).eps) * np.abs(np.asarray(bounds[1:], np.float64))
+    monotone = finite and bool(np.all(change >= -(allowance + rounding)))
+    converged = (finite and num_iterations >= 2 and float(pruned[-1]) == 0.0
+                 and abs(float(change[-1])) <= tol * num_examples)
+    if not finite:
+        warnings.warn(f"fit_vb_mixture: the bound became non-finite at iteration "
+                      f"{int(np.argmin(np.isfinite(np.asarray(bounds)))) + 1}",
+                      NumericalWarning, stacklevel=2)
+    elif not monotone:
+        worst = float(np.min(change))
+        warnings.warn(f"fit_vb_mixture: the bound decreased by {-worst:.3g}, more than "
+                      "rounding and pruning explain", NumericalWarning, stacklevel=2)
+    if finite and not converged:
+        warnings.warn(f"fit_vb_mixture: not converged after {num_iterations} iterations "
+                      f"(max_iterations={max_iterations}, tol={tol})", ConvergenceWarning,
+                      stacklevel=2)
+    keep = np.flatnonzero(np.asarray(state.active))
+    resp = state.responsibilities[:, keep]
+    dof = state.wishart_dof[keep]
+    scale = state.wishart_scale[keep]
+    precisions = dof[:, None, None] * scale
+    return VBMixtureResult(
+        weights=state.weights[keep], means=state.mean_mean[keep],
+        mean_covariances=state.mean_covariance[keep], wishart_dof=dof, wishart_scale=scale,
+        precisions=precisions, covariances=_chol_inverse(precisions), responsibilities=resp,
+        labels=jnp.argmax(resp, axis=1).astype(jnp.int32), num_components=int(keep.size),
+        num_start=max_components, component_index=jnp.asarray(keep),
+        bound=float(state.bound), bound_trace=bounds, num_components_trace=counts,
+        pruned_count_trace=pruned, num_iterations=num_iterations, converged=converged,
+        monotone=monotone, prior=prior, covariance=covariance)
