@@ -82,11 +82,16 @@ class Algorithm(NamedTuple):
         Static options passed to ``step`` as keywords (hashable: a frozen dict).
     name : str
         The fit's name, for the progress bar, warnings and checkpoints.
+    rows : tuple of str
+        Fields of the (NamedTuple) state that hold one row per example (axis 0 of
+        one start's field): with a mesh they stay split over the devices like the
+        data; every other field is the same on every device.
     """
 
     step: Callable
     options: tuple = ()
     name: str = "fit"
+    rows: tuple = ()
 
 
 class StatisticsAlgorithm(NamedTuple):
@@ -101,7 +106,7 @@ class StatisticsAlgorithm(NamedTuple):
     update : callable
         ``update(state, stats, params, **options) -> (state, info)``: the new
         parameters from the summed statistics (replicated: the same on every device).
-    options, name
+    options, name, rows
         As for :class:`Algorithm`.
     """
 
@@ -109,6 +114,7 @@ class StatisticsAlgorithm(NamedTuple):
     update: Callable
     options: tuple = ()
     name: str = "fit"
+    rows: tuple = ()
 
 
 class Run(NamedTuple):
@@ -235,24 +241,35 @@ def _advance_jit(algorithm, carry, data, params, tol, stop_at, *, progress_every
                    progress_every=progress_every, restart_batch=restart_batch)
 
 
-@partial(jax.jit, static_argnames=("algorithm", "max_iterations", "mesh", "num_sharded"))
-def _run_sharded(algorithm, states, keys, data, valid, params, tol, *, max_iterations, mesh,
-                 num_sharded):
+def _state_specs(algorithm, states, axis):
+    """PartitionSpecs of the stacked states: ``rows`` fields split by examples (axis 1)."""
     from jax.sharding import PartitionSpec as P
 
-    from inference.engine.sharding import map_shards, mesh_axis
+    if not algorithm.rows:
+        return P()
+    return type(states)(*(P(None, axis) if name in algorithm.rows else P()
+                          for name in states._fields))
+
+
+@partial(jax.jit, static_argnames=("algorithm", "max_iterations", "mesh"))
+def _run_sharded(algorithm, states, keys, data, valid, params, tol, *, max_iterations, mesh):
+    from jax.sharding import PartitionSpec as P
+
+    from inference.engine.sharding import mesh_axis
 
     axis = mesh_axis(mesh)
+    state_specs = _state_specs(algorithm, states, axis)
 
-    def per_shard(*args):
-        data, valid, rest = args[:num_sharded], args[num_sharded], args[num_sharded + 1:]
-        states, keys, params, tol = rest
+    def per_shard(data, valid, states, keys, params, tol):
         shard = Shard(valid, axis)
         carry = start(algorithm, states, keys, data, params, max_iterations, shard)
         return advance(algorithm, carry, data, params, tol, max_iterations, shard=shard)
 
-    return map_shards(per_shard, mesh, num_sharded + 1, P())(*data, valid, states, keys,
-                                                             params, tol)
+    in_specs = (tuple(P(axis) for _ in data), P(axis), state_specs, P(), P(), P())
+    out_specs = (P(), P(), state_specs, P(), P(), P(), P())
+    # The outputs' replication is the step's promise (it sums over the mesh axis).
+    return jax.shard_map(per_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)(data, valid, states, keys, params, tol)
 
 
 def run(algorithm, states, data, params=(), *, keys, max_iterations: int, tol=0.0,
@@ -306,10 +323,18 @@ def run(algorithm, states, data, params=(), *, keys, max_iterations: int, tol=0.
         valid = pad_examples(jnp.zeros(data[0].shape[0]), size)[1]
         placed = shard_examples(mesh, *padded, valid)
         placed = placed if isinstance(placed, tuple) else (placed,)
+        if algorithm.rows:  # per-example fields of the states: padded like the data
+            states = states._replace(**{
+                name: jax.vmap(lambda a: pad_examples(a, size)[0])(getattr(states, name))
+                for name in algorithm.rows})
         carry = _run_sharded(algorithm, states, keys, tuple(placed[:-1]), placed[-1], params,
-                             tol, max_iterations=max_iterations, mesh=mesh,
-                             num_sharded=len(data))
-        return _finish(carry)
+                             tol, max_iterations=max_iterations, mesh=mesh)
+        state = carry[2]
+        if algorithm.rows:  # drop the padded rows
+            num = data[0].shape[0]
+            state = state._replace(**{name: getattr(state, name)[:, :num]
+                                      for name in algorithm.rows})
+        return _finish(carry[:2] + (state,) + carry[3:])
     total = max_iterations
     with progress(total, algorithm.name, progress_bar) as every:
         def advance_fn(carry, stop_at):

@@ -14,10 +14,13 @@ import contextlib
 import jax
 from tqdm.auto import tqdm
 
+__all__ = ["advance_bar", "progress", "tick"]
+
 _BAR: dict = {"bar": None}
 
 
-def _advance(count):
+def advance_bar(count):
+    """Advance the open bar by ``count`` (from the host, or from a ``jax.debug.callback``)."""
     if _BAR["bar"] is not None:
         _BAR["bar"].update(int(count))
 
@@ -42,5 +45,5 @@ def progress(total, desc, show, *, loop_length=None):
 def tick(i, every):
     """Advance the bar by ``every`` from inside a jitted loop (``every=0``: no bar)."""
     if every:
-        jax.lax.cond((i + 1) % every == 0, lambda: jax.debug.callback(_advance, every),
+        jax.lax.cond((i + 1) % every == 0, lambda: jax.debug.callback(advance_bar, every),
                      lambda: None)

@@ -1,0 +1,151 @@
+"""EM-type algorithms over a stream of batches: one pass over the data per iteration.
+
+An algorithm written as sufficient statistics and an update
+(:class:`inference.engine.loop.StatisticsAlgorithm`) needs only sums over the
+examples, so it runs on data that never fit in memory: every iteration reads the
+batches of a :class:`inference.engine.streaming.BatchSource` once, adds each batch's
+statistics (every start's, vmapped), and then updates the parameters from the sums,
+exactly as :func:`inference.engine.loop.run` does on one array. Convergence, the
+trace, the progress bar and the warning follow the in-memory driver's rules.
+
+Batch b of iteration i draws its key as ``fold_in(fold_in(start_key, i), b)``; the
+in-memory driver draws one key per iteration, so randomised statistics follow a
+different (equally valid) path; deterministic ones give the in-memory result up to
+the order of float additions.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference.engine.loop import Run, StatisticsAlgorithm, relative_change_converged
+from inference.engine.progress import advance_bar, progress
+from inference.engine.streaming import Pass, batches
+
+__all__ = ["run_passes"]
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _batch_statistics(algorithm, keys, states, rows, valid, params):
+    options = dict(algorithm.options)
+
+    def one(key, state):
+        return algorithm.statistics(key, state, (rows,), params, valid, **options)
+
+    return jax.vmap(one)(keys, states)
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _add(algorithm, total, stats):
+    return jax.tree.map(jnp.add, total, stats)
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _update(algorithm, states, stats, params, previous, done, tol):
+    options = dict(algorithm.options)
+
+    def one(state, stats, previous, done):
+        new_state, info = algorithm.update(state, stats, params, **options)
+        if hasattr(info, "converged"):
+            converged = jnp.asarray(info.converged, bool)
+        else:
+            converged = relative_change_converged(info.objective, previous, tol)
+        new_state = jax.tree.map(lambda old, new: jnp.where(done, old, new), state, new_state)
+        return new_state, info, converged
+
+    return jax.vmap(one)(states, stats, previous, done)
+
+
+def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, keys,
+               max_iterations: int, tol=0.0, batch_size=None, dtype=None,
+               progress_bar: bool = False) -> Run:
+    """Run ``algorithm`` from every start in ``states``, one pass over ``source`` per iteration.
+
+    Parameters
+    ----------
+    algorithm : StatisticsAlgorithm
+    states : pytree
+        One state per start, stacked on a leading axis; no per-example fields.
+    source : BatchSource or anything :func:`inference.engine.streaming.batches` takes
+        The examples, read once per iteration (a one-shot iterator is refused).
+    params : pytree
+        Inputs shared by the starts.
+    keys : key array (num_starts,)
+    max_iterations : int
+    tol : float
+        Relative change of the objective that ends a start (unless its update
+        reports ``converged``).
+    batch_size : int, optional
+        Rows per batch (see :class:`~inference.engine.streaming.BatchSource`).
+    dtype : dtype, optional
+        The float type the batches are sent in; default that of the first state leaf.
+    progress_bar : bool
+        A tqdm bar over the passes.
+
+    Returns
+    -------
+    Run
+        As :func:`inference.engine.loop.run` returns it.
+    """
+    if not isinstance(algorithm, StatisticsAlgorithm):
+        raise TypeError("run_passes needs a StatisticsAlgorithm (statistics + update); got "
+                        f"{type(algorithm).__name__}")
+    data = batches(source, batch_size)
+    if not data.reusable and max_iterations > 1:
+        raise ValueError("source is a one-shot iterator, but an EM fit reads the data once per "
+                         "iteration; pass an array, np.memmap, list of arrays or a callable "
+                         "that returns a fresh iterator")
+    if dtype is None:
+        dtype = jax.tree.leaves(states)[0].dtype
+    batch_rows = data.batch_size or next(iter(data)).shape[0]
+    num = keys.shape[0]
+    done = jnp.zeros(num, bool)
+    counts = np.zeros(num, np.int32)
+    previous = jnp.full(num, jnp.inf, dtype)
+    tol = jnp.asarray(tol, dtype)
+    infos, dones = [], []
+    with progress(max_iterations, algorithm.name, progress_bar) as every:
+        for iteration in range(max_iterations):
+            total = None
+            passes = Pass(data, dtype, batch_rows, block=batch_rows)
+            for index, (padded, rows) in enumerate(passes):
+                valid = jnp.arange(padded.shape[0]) < rows
+                batch_keys = _batch_keys(keys, iteration, index)
+                stats = _batch_statistics(algorithm, batch_keys, states, padded, valid, params)
+                total = stats if total is None else _add(algorithm, total, stats)
+                passes.done(total)
+            states, info, converged = _update(algorithm, states, total, params, previous, done,
+                                              tol)
+            infos.append(info)
+            dones.append(np.asarray(done))
+            previous = jnp.where(done, previous, info.objective.astype(dtype))
+            counts = counts + ~dones[-1]
+            done = done | converged
+            if every:
+                advance_bar(1)
+            if bool(jnp.all(done)):
+                break
+    return Run(states, _stack(infos, dones, max_iterations), jnp.asarray(counts), done)
+
+
+@jax.jit
+def _batch_keys(keys, iteration, index):
+    return jax.vmap(lambda k: jax.random.fold_in(jax.random.fold_in(k, iteration), index))(keys)
+
+
+def _stack(infos, dones, max_iterations):
+    """The per-iteration infos as a trace (num_starts, max_iterations, ...): iteration i of a
+    start is kept while it had not converged (a prefix of its row), the rest is zeros."""
+
+    def leaf(*values):
+        kept = [np.where(done.reshape(done.shape + (1,) * (np.ndim(v) - 1)), 0, v)
+                for v, done in zip(values, dones, strict=True)]
+        stacked = np.stack(kept, axis=1)
+        widths = [(0, 0), (0, max_iterations - stacked.shape[1])] + [(0, 0)] * (stacked.ndim - 2)
+        return jax.device_put(np.pad(stacked, widths))
+
+    return jax.tree.map(lambda *values: leaf(*[np.asarray(v) for v in values]), *infos)
