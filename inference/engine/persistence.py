@@ -47,8 +47,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "PersistenceError", "load", "load_tree", "save_result",
-           "save_tree"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MOVED_MODULES", "PersistenceError", "RENAMED_FIELDS",
+           "load", "load_tree", "register_renamed_fields", "save_result", "save_tree"]
 
 FORMAT = "ppl-zoo"
 #: Version of the file layout; files with a larger number are refused.
@@ -129,6 +129,26 @@ MOVED_MODULES = {
     "inference.vb_mcvq_moves": "inference.mcvq.vb_moves",
     "inference.vb_mixture": "inference.mixture.vb",
 }
+
+
+#: Result fields renamed since a file was written: class qualname -> {old: new}
+#: (:func:`register_renamed_fields`); filled by the families for their own results.
+RENAMED_FIELDS: dict[str, dict[str, str]] = {}
+#: Optional converters of old field values: class qualname -> fn(fields dict) -> dict.
+_CONVERTERS: dict = {}
+
+
+def register_renamed_fields(cls, renamed: dict, convert=None) -> None:
+    """Let files saved before ``cls``'s fields were renamed load as the current ``cls``.
+
+    ``renamed`` maps old field names to new ones; ``convert(fields) -> fields``
+    (optional) then adjusts values (say, a trace padded past convergence cut at
+    ``num_iterations``, or a bare array wrapped in a trace NamedTuple). Fields the
+    old file lacks and the class has keep their NamedTuple defaults.
+    """
+    RENAMED_FIELDS[cls.__qualname__] = dict(renamed)
+    if convert is not None:
+        _CONVERTERS[cls.__qualname__] = convert
 
 
 def _moved_module(module_name: str) -> str:
@@ -419,6 +439,20 @@ def _decode(node, archive, path, where: str):
         cls = _trusted_class(node["module"], node["class"], path, where)
         fields = _pairs(node["fields"], path, where)
         saved = [name for name, _ in fields]
+        renamed = RENAMED_FIELDS.get(cls.__qualname__)
+        if saved != list(cls._fields) and renamed and set(saved) - set(cls._fields):
+            values = {renamed.get(name, name): _decode(child, archive, path, f"{where}.{name}")
+                      for name, child in fields}
+            convert = _CONVERTERS.get(cls.__qualname__)
+            values = convert(values) if convert is not None else values
+            defaults = getattr(cls, "_field_defaults", {})
+            missing = [f for f in cls._fields if f not in values and f not in defaults]
+            unknown = [f for f in values if f not in cls._fields]
+            if missing or unknown:
+                raise PersistenceError(
+                    f"{path}: {where} was saved as {node['class']} with fields {saved}, which "
+                    f"this version cannot map onto {list(cls._fields)}")
+            return cls(**values)
         if saved != list(cls._fields):
             raise PersistenceError(
                 f"{path}: {where} was saved as {node['class']} with fields {saved}, but this "
