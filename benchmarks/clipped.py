@@ -71,7 +71,6 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.association_exact import machine_info  # noqa: E402
-from inference.app.compare import jsonable  # noqa: E402
 from inference.clipped import orthant  # noqa: E402
 from inference.clipped.baselines import fit_clipped_svi  # noqa: E402
 from inference.clipped.fit import (  # noqa: E402
@@ -81,6 +80,7 @@ from inference.clipped.fit import (  # noqa: E402
     moment_error,
     program_parameters,
 )
+from inference.engine.reporting import jsonable  # noqa: E402
 from ppl_models import clipped_gaussian  # noqa: E402
 from ppl_models.diagnostics import ZooWarning  # noqa: E402
 

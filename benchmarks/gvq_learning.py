@@ -109,7 +109,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import associate, fit_gvq  # noqa: E402
-from inference.app.compare import jsonable  # noqa: E402
+from inference.engine.reporting import jsonable  # noqa: E402
 from inference.gvq.baselines import fit_gvq_svi  # noqa: E402
 from inference.gvq.em import initial_features  # noqa: E402
 from ppl_models import gvq  # noqa: E402

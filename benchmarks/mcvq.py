@@ -83,7 +83,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.association_exact import machine_info  # noqa: E402
-from inference.app.compare import jsonable  # noqa: E402
+from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mcvq import em as mcvq_fit  # noqa: E402
 from inference.mcvq.baselines import (  # noqa: E402
     exact_log_likelihood,

@@ -140,7 +140,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import fit_mixture  # noqa: E402
-from inference.app.compare import jsonable  # noqa: E402
+from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mixture import em as mixture_fit  # noqa: E402
 from inference.mixture.em import _advance_single, _project, _run, _State  # noqa: E402
 from ppl_models import mixture  # noqa: E402

@@ -50,8 +50,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from benchmarks.mcvq import _quiet, _spread  # noqa: E402
-from inference.app.compare import jsonable  # noqa: E402
 from inference.app.selection import model_selection  # noqa: E402
+from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mcvq.vb import fit_vb_mcvq  # noqa: E402
 from ppl_models import mcvq  # noqa: E402
 from ppl_models.datasets import shapes  # noqa: E402

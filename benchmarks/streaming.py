@@ -320,7 +320,7 @@ def main(argv=None) -> dict:
         print(json.dumps(child(args)))
         return {}
     from benchmarks.association_exact import machine_info
-    from inference.app.compare import jsonable
+    from inference.engine.reporting import jsonable
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -90,8 +90,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
 from inference.clipped.fit import fit_clipped_gaussian
+from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate, ring_bumps
 from ppl_models.diagnostics import ZooWarning
 

@@ -87,8 +87,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
 from inference.clipped.fit import fit_clipped_gaussian, model_moments, moment_error
+from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate, sum_constraint_patterns
 from ppl_models.diagnostics import NumericalWarning, ZooWarning
 

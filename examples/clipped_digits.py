@@ -120,7 +120,6 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from inference.app.compare import jsonable
 from inference.clipped.fit import (
     NEGATIVE_TOLERANCE,
     fit_clipped_gaussian,
@@ -130,6 +129,7 @@ from inference.clipped.fit import (
     morph,
     program_parameters,
 )
+from inference.engine.reporting import jsonable
 from inference.program.handlers import noiseless
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import ZooWarning

@@ -85,7 +85,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate
 
 #: Numbers of hidden causes P.

@@ -59,9 +59,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.app.compare import jsonable
 from inference.association import core as association
 from inference.association.core import associate_energy
+from inference.engine.reporting import jsonable
 from ppl_models import gvq
 
 #: Sec. 4.3.1: the noise eps has variance 1/10.

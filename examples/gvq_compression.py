@@ -86,7 +86,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.gvq.constraints import associate_sets
 from inference.gvq.em import fit_gvq
 from ppl_models.diagnostics import ZooWarning

@@ -84,7 +84,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.gvq.constraints import associate_sets
 from inference.gvq.em import fit_gvq
 from ppl_models import gvq

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from inference import fit_gvq
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.gvq.baselines import fit_gvq_svi
 from inference.gvq.em import initial_features, match_features
 from ppl_models import gvq

@@ -63,7 +63,7 @@ import jax
 import numpy as np
 
 import inference
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.gvq import description_length as dl
 from inference.mcvq.em import infer_states, reconstruct
 from ppl_models.datasets import faces

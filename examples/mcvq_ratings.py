@@ -110,7 +110,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import inference
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from ppl_models.datasets import ratings as ratings_data
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 

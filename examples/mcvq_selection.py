@@ -74,8 +74,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
 from inference.app.selection import model_selection
+from inference.engine.reporting import jsonable
 from ppl_models.datasets import causes
 from ppl_models.diagnostics import ZooWarning
 

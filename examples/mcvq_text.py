@@ -65,7 +65,7 @@ import jax
 import numpy as np
 
 import inference
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from ppl_models.datasets import text
 from ppl_models.diagnostics import ConvergenceWarning
 

@@ -83,7 +83,7 @@ import jax
 import numpy as np
 
 import inference
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.mcvq.em import infer_states, likelihood_terms, reconstruct
 from ppl_models.datasets import causes
 from ppl_models.diagnostics import ZooWarning

@@ -70,7 +70,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from inference.app.compare import jsonable
+from inference.engine.reporting import jsonable
 from inference.mixture.em import fit_mixture
 from inference.mixture.online import fit_online
 from inference.mixture.selection import compare_criteria

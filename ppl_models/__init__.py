@@ -1,11 +1,22 @@
 """NumPyro programs of the model zoo, their data generators and metadata.
 
 Each module holds one model family as an ordinary NumPyro program with finite
-observation noise; :data:`REGISTRY` maps model names to their :class:`ModelInfo`.
+observation noise and registers it (:func:`ppl_models.registry.register`);
+:data:`REGISTRY` maps model names to their :class:`ModelInfo`. A new model's module
+is added to :data:`MODEL_MODULES`.
 """
 
-from ppl_models import clipped_gaussian, gvq, mcvq, mixture, vb_mixture
-from ppl_models.registry import REGISTRY, ModelInfo, register
+import importlib
 
-__all__ = ["REGISTRY", "ModelInfo", "register", "clipped_gaussian", "gvq", "mcvq", "mixture",
-           "vb_mixture"]
+from ppl_models.registry import FAMILIES, REGISTRY, Family, ModelInfo, register, register_family
+
+#: The model modules, imported (and so registered) with the package.
+MODEL_MODULES = ("gvq", "clipped_gaussian", "mixture", "vb_mixture", "mcvq")
+
+for _name in MODEL_MODULES:
+    importlib.import_module(f"ppl_models.{_name}")
+
+from ppl_models import clipped_gaussian, gvq, mcvq, mixture, vb_mixture  # noqa: E402
+
+__all__ = ["FAMILIES", "MODEL_MODULES", "REGISTRY", "Family", "ModelInfo", "register",
+           "register_family", "clipped_gaussian", "gvq", "mcvq", "mixture", "vb_mixture"]

@@ -209,6 +209,11 @@ INFO = register(
         algorithms=("fit_clipped_gaussian", "clipped_gaussian.infer_hidden",
                     "clipped_gaussian.morph", "numpyro_baselines.fit_clipped_svi",
                     "numpyro_baselines.fit_clipped_mcmc"),
+        family="clipped",
+        contract=dict(generate=dict(num_examples=5, num_visible=6, num_hidden=2),
+                  data=lambda data: data.s,
+                  fixed=lambda data: {"weights": data.weights, "bias": data.bias},
+                  unobserved=lambda data: {"num_examples": data.s.shape[0]}),
         reference="Lee, Sompolinsky; seed 001",
     )
 )

@@ -345,6 +345,11 @@ INFO = register(
         },
         algorithms=("associate", "fit_gvq", "gvq_constraints.associate_sets",
                     "numpyro_baselines.map_associate", "numpyro_baselines.fit_gvq_svi"),
+        family="gvq",
+        contract=dict(generate=dict(num_examples=5, num_features=3, dim=4),
+                  data=lambda data: data.x,
+                  fixed=lambda data: {"features": data.features},
+                  unobserved=lambda data: {"num_examples": data.x.shape[0]}),
         reference="Westerdijk, Barber, Wiegerinck; seed 000 sec. 3-4",
     )
 )

@@ -463,5 +463,10 @@ INFO = register(ModelInfo(
                           "enumerable=True",
     },
     algorithms=("fit_mcvq", "fit_mcvq_svi", "fit_mcvq_meanfield_svi", "fit_vb_mcvq"),
+    family="mcvq",
+    contract=dict(generate=dict(num_examples=5, dim=4, num_vqs=2, num_states=2),
+                  data=lambda data: data.x,
+                  fixed=lambda data: {"mu": data.mu, "sigma": data.sigma},
+                  unobserved=lambda data: {"num_examples": data.x.shape[0]}),
     reference="Ross and Zemel (MCVQ); seed 004 sec. 2-3, seed 003",
 ))

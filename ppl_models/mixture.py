@@ -204,6 +204,13 @@ INFO = register(
             "corr": "(k, d, d) Cholesky factors of correlations (full covariance only)",
         },
         algorithms=("fit_mixture",),
+        family="mixture",
+        contract=dict(generate=dict(num_examples=6, num_components=2, dim=3),
+                  data=lambda data: data.x,
+                  # Spherical covariances: a Normal core, so the noise handlers apply.
+                  fixed=lambda data: {"weights": data.weights, "means": data.means,
+                                      "scales": jnp.ones(2), "covariance": "spherical"},
+                  unobserved=lambda data: {"num_examples": data.x.shape[0]}),
         reference="Xu (YING-YANG machine); seed 002 sec. 4-5",
     )
 )

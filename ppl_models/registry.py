@@ -1,27 +1,41 @@
-"""Model metadata and the registry every model module adds itself to.
+"""The zoo's one registry: every model program and every family's plug-in.
 
-A model module (``ppl_models/<name>.py``) defines a NumPyro program, its data
-generators and a :class:`ModelInfo`, and calls :func:`register` at import. The
-comparison layer (``inference.app.compare``) and the contract tests iterate over
-:data:`REGISTRY`.
+A model family is added to the zoo in two files of its own:
+
+* its program, ``ppl_models/<name>.py``: the NumPyro program, its data generator and
+  a :class:`ModelInfo` passed to :func:`register` (the program's sites, the contract
+  tests' settings, and the name of the inference family that fits it);
+* its plug-in, ``inference/<family>/plugin.py``: a :class:`Family` passed to
+  :func:`register_family`, naming in one place its fits, result classes, NumPyro
+  baselines, comparisons, bad-input cases and paper experiments.
+
+Everything that lists models reads this module: saving and loading results
+(:mod:`inference.engine.persistence`), ``ppl-zoo list`` / ``compare`` /
+``reproduce``, the contract tests, the bad-input coverage test and the docs. The
+model modules are listed once, in :data:`ppl_models.MODEL_MODULES`; importing
+``inference`` imports the plug-in of every family that a registered model names.
+
+This module imports nothing of the zoo, so that both packages can use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-__all__ = ["ModelInfo", "REGISTRY", "register"]
+__all__ = ["BadInput", "FAMILIES", "Family", "ModelInfo", "REGISTRY", "register",
+           "register_family"]
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a model is, for tools that handle every model alike.
+    """What a model program is, for tools that handle every model alike.
 
     Attributes
     ----------
     name : str
-        Registry key, also the name used on the command line (``ppl-zoo compare NAME``).
+        Registry key, also the name used on the command line.
     model : callable
         The NumPyro program ``model(x=None, **kwargs)``.
     generate : callable
@@ -31,9 +45,18 @@ class ModelInfo:
     latent_sites : mapping of str to str
         Latent site name -> shape and meaning.
     algorithms : tuple of str
-        Custom inference that applies (names of ``inference`` functions/methods).
+        Custom inference that applies (names of ``inference`` functions).
     reference : str
         The paper and section the program restates.
+    family : str
+        The inference family whose plug-in fits this program
+        (``inference/<family>/plugin.py``); empty for a program without one.
+    contract : mapping, optional
+        Settings of the program contract tests: ``generate`` (keyword arguments of
+        the generator for a tiny data set), ``data`` (what the generator returns ->
+        the observed data), ``fixed`` (-> the program's keyword arguments that fix
+        its parameters) and ``unobserved`` (-> keyword arguments for sampling
+        without data).
     """
 
     name: str
@@ -43,9 +66,72 @@ class ModelInfo:
     latent_sites: Mapping[str, str] = field(default_factory=dict)
     algorithms: tuple[str, ...] = ()
     reference: str = ""
+    family: str = ""
+    contract: Mapping[str, Any] | None = None
 
 
+class BadInput(NamedTuple):
+    """One bad-input case: ``call()`` must raise ``error`` with a message matching
+    ``pattern`` (a regular expression) that names ``argument``."""
+
+    entry: str
+    argument: str
+    call: Callable
+    error: type
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family's plug-in: everything the zoo's tools need to know about it.
+
+    Attributes
+    ----------
+    name : str
+        The family's name (its subpackage ``inference/<name>``).
+    paper : str
+        Full citation of the paper the family restates.
+    description : str
+        One line: what the family is.
+    fits : mapping of str to callable
+        The public fits, association and selection functions (exported from
+        ``inference`` under these names).
+    results : tuple of type
+        The result classes these return (they gain ``save``; ``inference.load``
+        reads them back).
+    baselines : mapping of str to callable
+        NumPyro's generic inference on the family's programs (SVI, MCMC, ...).
+    comparisons : mapping of str to callable
+        ``ppl-zoo compare NAME``: ``fn(rng_key, *, quick, progress_bar, **settings)
+        -> ComparisonResult``.
+    experiments : tuple
+        The paper's experiments that ``ppl-zoo reproduce`` runs
+        (:class:`inference.engine.reporting.Experiment`).
+    bad_inputs : callable, optional
+        ``() -> sequence of BadInput``: the cases of the bad-input table for the
+        family's entry points (built lazily: they may need small data).
+    """
+
+    name: str
+    paper: str
+    description: str = ""
+    fits: Mapping[str, Callable] = field(default_factory=dict)
+    results: tuple[type, ...] = ()
+    baselines: Mapping[str, Callable] = field(default_factory=dict)
+    comparisons: Mapping[str, Callable] = field(default_factory=dict)
+    experiments: tuple = ()
+    bad_inputs: Callable[[], Any] | None = None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The registered programs this family fits."""
+        return tuple(name for name, info in REGISTRY.items() if info.family == self.name)
+
+
+#: Model name -> :class:`ModelInfo`.
 REGISTRY: dict[str, ModelInfo] = {}
+#: Family name -> :class:`Family`.
+FAMILIES: dict[str, Family] = {}
 
 
 def register(info: ModelInfo) -> ModelInfo:
@@ -54,3 +140,23 @@ def register(info: ModelInfo) -> ModelInfo:
         raise TypeError(f"register expects a ModelInfo; got {type(info).__name__}")
     REGISTRY[info.name] = info
     return info
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family`` to :data:`FAMILIES` under ``family.name`` and return it.
+
+    Names must be unique across families: a fit, baseline or comparison name that
+    another family has already registered raises ``ValueError``.
+    """
+    if not isinstance(family, Family):
+        raise TypeError(f"register_family expects a Family; got {type(family).__name__}")
+    for other in FAMILIES.values():
+        if other.name == family.name:
+            continue
+        for what in ("fits", "baselines", "comparisons"):
+            clash = set(getattr(other, what)) & set(getattr(family, what))
+            if clash:
+                raise ValueError(f"family {family.name!r}: {what} {sorted(clash)} are already "
+                                 f"registered by family {other.name!r}")
+    FAMILIES[family.name] = family
+    return family

@@ -392,5 +392,15 @@ INFO = register(ModelInfo(
         "y": "(num_examples,) component of each example (enumerable)",
     },
     algorithms=("fit_vb_mixture",),
+    family="mixture",
+    contract=dict(generate=dict(num_examples=6, num_components=2, dim=3),
+                  data=lambda data: data.x,
+                  # Diagonal precisions: a Normal core, so the noise handlers apply. The
+                  # hyperparameters are given: sampling without x cannot derive them.
+                  fixed=lambda data: {"weights": data.weights, "covariance": "diag",
+                                      "mean_prior_mean": jnp.zeros(3),
+                                      "mean_prior_scale": 2.0, "dof_prior": 3.0,
+                                      "covariance_prior": 1.0},
+                  unobserved=lambda data: {"num_examples": data.x.shape[0]}),
     reference="Corduneanu & Bishop (2001) sec. 2; Bishop PRML sec. 10.2",
 ))

@@ -13,6 +13,8 @@ import sys
 
 import jax
 
+from inference.app.families import load_families
+
 __all__ = ["main", "build_parser"]
 
 
@@ -55,13 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ppl-zoo`` script; returns the exit status."""
-    from inference.app.compare import (
-        COMPARISONS,
-        _load_comparisons,
-        run_comparison,
-        save_comparison,
-    )
-    from ppl_models import REGISTRY
+    from inference.app.compare import comparisons, run_comparison, save_comparison
 
     args = build_parser().parse_args(argv)
     if args.command == "reproduce":
@@ -72,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as error:
             print(f"ppl-zoo reproduce: {error}", file=sys.stderr)
             return 2
-    _load_comparisons()
+    available = comparisons()
     if args.command == "list":
-        for name in sorted(COMPARISONS):
-            info = REGISTRY.get(name)
-            print(f"{name:12s} {info.reference if info else ''}")
+        for name in sorted(available):
+            family = next(f for f in load_families().values() if name in f.comparisons)
+            print(f"{name:16s} {family.paper}")
         return 0
-    if args.model not in COMPARISONS:
-        print(f"ppl-zoo: unknown model {args.model!r}; choose from {sorted(COMPARISONS)}",
+    if args.model not in available:
+        print(f"ppl-zoo: unknown model {args.model!r}; choose from {sorted(available)}",
               file=sys.stderr)
         return 2
     result = run_comparison(args.model, rng_key=jax.random.key(args.seed), quick=args.quick,

@@ -39,7 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-import inference
 from inference.app.experiments import EXPERIMENTS, VERDICTS, Experiment, finding
 
 __all__ = ["find_examples_dir", "select_experiments", "run_experiment", "reproduce",
@@ -56,7 +55,7 @@ def find_examples_dir(examples_dir=None) -> Path:
     (an installed, non-editable package has no examples beside it).
     """
     if examples_dir is None:
-        path = Path(inference.__file__).resolve().parents[1] / "examples"
+        path = Path(__file__).resolve().parents[2] / "examples"
         if not path.is_dir():
             raise FileNotFoundError(
                 f"no examples folder found at {path} (the examples live in the repository, not "

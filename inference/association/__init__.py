@@ -6,6 +6,6 @@ that the NumPyro program defines (:mod:`inference.program.energy`).
 
 References
 ----------
-A. Westerdijk, D. Barber, W. Wiegerinck, "Generative vector quantisation",
-ICANN 1999.
+M. Westerdijk, D. Barber, W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery, 2001.
 """

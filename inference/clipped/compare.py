@@ -35,7 +35,6 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
 from inference.clipped.baselines import fit_clipped_mcmc, fit_clipped_svi
 from inference.clipped.fit import (
     fit_clipped_gaussian,
@@ -43,6 +42,7 @@ from inference.clipped.fit import (
     moment_error,
     program_parameters,
 )
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from ppl_models import clipped_gaussian
 
 __all__ = ["compare_clipped", "principal_angles", "plot_clipped"]
@@ -75,7 +75,6 @@ def _scores(predicted, s_heldout, weights, planted):
         "angle_max_deg": float(angles.max()), "angle_mean_deg": float(angles.mean())}
 
 
-@register_comparison("clipped")
 def compare_clipped(rng_key, *, quick: bool = False, progress_bar: bool = True,
                     num_visible: int | None = None, num_hidden: int | None = None,
                     num_examples: int | None = None, noise: float = clipped_gaussian.DEFAULT_NOISE,

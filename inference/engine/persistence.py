@@ -56,31 +56,6 @@ FORMAT_VERSION = 1
 _METADATA = "metadata.json"
 # NamedTuples are rebuilt only from these packages' modules.
 _TRUSTED_PACKAGES = ("inference", "ppl_models")
-# The results that gain ``save`` (module, class name); see ``attach_save_methods``.
-RESULT_CLASSES = (
-    ("inference.association.core", "AssociationResult"),
-    ("inference.gvq.em", "GVQResult"),
-    ("inference.clipped.fit", "ClippedGaussianFit"),
-    ("inference.clipped.baselines", "ClippedSVIResult"),
-    ("inference.clipped.baselines", "ClippedMCMCResult"),
-    ("inference.mixture.em", "MixtureResult"),
-    ("inference.mixture.online", "OnlineResult"),
-    ("inference.mixture.selection", "SelectionResult"),
-    ("inference.mixture.baselines", "MixtureSVIResult"),
-    ("inference.mixture.baselines", "MixtureMCMCResult"),
-    ("inference.mixture.baselines", "MixtureLOO"),
-    ("inference.mixture.stream", "OnlineStreamResult"),
-    ("inference.mcvq.em", "MCVQResult"),
-    ("inference.mcvq.baselines", "MCVQScore"),
-    ("inference.mcvq.baselines", "MCVQSVIResult"),
-    ("inference.mcvq.vb", "VBMCVQResult"),
-    ("inference.mixture.vb", "VBMixtureResult"),
-    ("inference.gvq.baselines", "GVQMCMCResult"),
-    ("inference.gvq.description_length", "DescriptionLength"),
-    ("inference.app.selection", "ModelSelectionResult"),
-)
-
-
 #: Modules of the classes in files written by version 0.1 (one flat package), and where
 #: those classes live now (``inference.<family>.<module>``). Loading maps the first to
 #: the second, so a file saved by an earlier version still loads.
@@ -549,8 +524,8 @@ def _save_method(self, path, *, options: dict | None = None) -> pathlib.Path:
     return save_result(self, path, options=options)
 
 
-def attach_save_methods() -> None:
-    """Give every class of :data:`RESULT_CLASSES` a ``save`` method (run on import)."""
-    for module_name, class_name in RESULT_CLASSES:
-        cls = getattr(importlib.import_module(module_name), class_name)
+def attach_save_methods(classes) -> None:
+    """Give every result class in ``classes`` a ``save`` method (the families' plug-ins
+    declare their result classes; ``inference`` attaches them on import)."""
+    for cls in classes:
         cls.save = _save_method

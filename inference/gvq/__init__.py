@@ -2,6 +2,6 @@
 
 References
 ----------
-A. Westerdijk, D. Barber, W. Wiegerinck, "Generative vector quantisation",
-ICANN 1999.
+M. Westerdijk, D. Barber, W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery, 2001.
 """

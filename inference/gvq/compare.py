@@ -19,8 +19,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
 from inference.association.core import associate
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import fit_gvq_svi, map_associate
 from inference.gvq.em import fit_gvq, initial_features, match_features
 from ppl_models import gvq
@@ -28,7 +28,6 @@ from ppl_models import gvq
 __all__ = ["compare_gvq", "plot_gvq"]
 
 
-@register_comparison("gvq")
 def compare_gvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
                 num_examples: int | None = None, num_features: int = 6, dim: int = 16,
                 noise: float = 0.1, num_restarts: int | None = None,

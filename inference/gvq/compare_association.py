@@ -34,9 +34,9 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
 from inference.association import core as association
 from inference.association.core import associate
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import gibbs_associate, map_associate
 from ppl_models import gvq
 
@@ -74,7 +74,6 @@ def _gap_columns(energy, exact_energy, converged, num_examples):
             "num_examples": num_examples}
 
 
-@register_comparison("gvq-association")
 def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool = True,
                             num_examples: int | None = None, noise: float = 0.3,
                             gibbs_sweeps: int | None = None) -> ComparisonResult:

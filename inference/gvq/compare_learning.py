@@ -53,8 +53,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
 from inference.association.core import associate
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi
 from inference.gvq.em import fit_gvq, initial_features, match_features
 from ppl_models import gvq
@@ -83,7 +83,6 @@ def _row(label, implementation, result, x, planted, planted_error, t, t0, notes,
          "iterations": iterations, **extra}, notes)
 
 
-@register_comparison("gvq-learning")
 def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = True,
                          num_examples: int | None = None, num_features: int = 6, dim: int = 12,
                          noise: float = gvq.PAPER_NOISE_SCALE, num_restarts: int | None = None,

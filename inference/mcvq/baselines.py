@@ -218,6 +218,10 @@ def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
     (g, m) : arrays (D, K), (N, K, J)
     """
     mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    if mu.ndim != 3:
+        raise ValueError(f"mu must have shape (D, K, J); got shape {mu.shape}")
+    if sigma.shape != mu.shape:
+        raise ValueError(f"sigma must have the shape of mu {mu.shape}; got {sigma.shape}")
     x, mask, a, b = _prepare(x, mask, mu, a, b)
     num_iterations = check_positive_int(num_iterations, "num_iterations")
     g = a if g is None else jnp.asarray(g, mu.dtype)

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.mcvq.baselines import (
     fit_mcvq_meanfield_svi,
     fit_mcvq_svi,
@@ -56,7 +56,6 @@ _TITLES = {"em": "EM, T annealed\n(ours)", "em_n": "EM, T = N\n(ours)",
            "planted": "planted\npartition"}
 
 
-@register_comparison("mcvq")
 def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
                  num_examples: int | None = None, dim: int | None = None, num_vqs: int = 3,
                  num_states: int | None = None, em_iterations: int = 200,

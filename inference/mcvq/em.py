@@ -350,7 +350,19 @@ def _free_energy_of_data(x, mask, g, m, mu, sigma, a, b, temperature):
 
 
 def reconstruct(g, m, mu):
-    """x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj, (N, D) (sec. 3: the mean of the mixture)."""
+    """x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj, (N, D) (sec. 3: the mean of the mixture).
+
+    ``g`` (D, K), ``m`` (N, K, J), ``mu`` (D, K, J); raises ``ValueError`` naming the
+    argument whose shape disagrees with ``mu``'s.
+    """
+    if jnp.ndim(mu) != 3:
+        raise ValueError(f"mu must have shape (D, K, J); got shape {jnp.shape(mu)}")
+    dim, k, j = jnp.shape(mu)
+    if jnp.shape(g) != (dim, k):
+        raise ValueError(f"g must have shape (D, K) = {(dim, k)} like mu; got {jnp.shape(g)}")
+    if jnp.ndim(m) != 3 or jnp.shape(m)[1:] != (k, j):
+        raise ValueError(f"m must have shape (N, K, J) with (K, J) = {(k, j)} like mu; got "
+                         f"{jnp.shape(m)}")
     return jnp.einsum("dk,ckj,dkj->cd", g, m, mu)
 
 
@@ -889,6 +901,9 @@ def infer_states(result: MCVQResult, x_new, *, mask=None):
     any value, NaN included) drop out; an example with no observed entry gets
     the prior b.
     """
+    if not isinstance(result, MCVQResult):
+        raise TypeError(f"result must be an MCVQResult (from fit_mcvq); got "
+                        f"{type(result).__name__}")
     dim = result.mu.shape[0]
     x_new, mask = _check_observed(x_new, mask, "x_new", dim=dim)
     return _infer(x_new.astype(result.mu.dtype), mask, result.g, result.mu, result.sigma,

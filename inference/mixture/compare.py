@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from inference.app.compare import ComparisonResult, ComparisonRow, register_comparison, timed
+from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.mixture.baselines import (
     fit_mixture_mcmc,
     fit_mixture_svi,
@@ -57,7 +57,6 @@ def _log_likelihood(x, weights, means, covariances, covariance):
     return -criteria(x, weights, means, covariances, covariance)["L_stocha"]
 
 
-@register_comparison("mixture")
 def compare_mixture(rng_key, *, quick: bool = False, progress_bar: bool = True,
                     num_examples: int | None = None, num_components: int = 3, dim: int = 2,
                     separation: float = 4.0, svi_steps: int | None = None,

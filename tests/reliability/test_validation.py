@@ -25,23 +25,31 @@ import pytest
 from inference import (
     associate,
     fit_clipped_gaussian,
+    fit_clipped_gaussian_stream,
     fit_gvq,
+    fit_gvq_stream,
     fit_mcvq,
+    fit_mcvq_stream,
     fit_mixture,
     fit_vb_mcvq,
     fit_vb_mixture,
+    infer_states,
     model_selection,
+    reconstruct,
 )
+from inference.app.families import load_families
 from inference.clipped.baselines import fit_clipped_mcmc, fit_clipped_svi
 from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi, gibbs_associate, map_associate
-from inference.mcvq.baselines import fit_mcvq_svi
-from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi
+from inference.gvq.constraints import associate_sets
+from inference.mcvq.baselines import fit_mcvq_meanfield_svi, fit_mcvq_svi, fit_variational
+from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi, mixture_loo
 from inference.mixture.online import fit_online
 from inference.mixture.selection import compare_criteria, select_num_components
 from inference.mixture.stream import fit_mixture_stream, fit_online_stream
-from ppl_models import clipped_gaussian, gvq, mcvq, mixture
+from ppl_models import REGISTRY, clipped_gaussian, gvq, mcvq, mixture
 from ppl_models import vb_mixture as vb_program
 from ppl_models.datasets import causes, ratings, shapes, text
+from ppl_models.diagnostics import ConvergenceWarning
 from ppl_models.validation import MissingKeyError, check_choice, check_rng_key
 
 KEY = jax.random.key(0)
@@ -464,9 +472,58 @@ rows("ratings.load_ratings", lambda path="/nonexistent/ratings.csv", **kw: ratin
 ])
 
 
+# --- entry points the families' plug-ins list that the rows above do not reach ----------
+rows("associate_sets", lambda x=X, features=FEATURES, **kw: associate_sets(features, x, 1, **kw),
+     BAD_X[:2] + [("features", dict(features=FEATURES[0]), ValueError, r"^features")])
+rows("fit_gvq_stream", lambda x=X, n=2, **kw: fit_gvq_stream([x], n, rng_key=KEY, **kw), [
+    ("source", dict(x=NAN_X), ValueError, r"^source batch 0 .*NaN or infinite"),
+    ("num_features", dict(n=0), ValueError, r"^num_features must be at least 1"),
+])
+rows("fit_clipped_gaussian_stream", lambda s=SPINS, p=2, **kw: fit_clipped_gaussian_stream(
+    [s], p, **kw), [
+    ("source", dict(s=with_entry(SPINS.astype(np.float32), (0, 0), np.nan)), ValueError,
+     r"^source batch 0 .*NaN or infinite"),
+    ("num_hidden", dict(p=0), ValueError, r"^num_hidden must be at least 1"),
+])
+rows("mixture_loo", lambda x=X, k=2, **kw: mixture_loo(x, k, **{"rng_key": KEY, **kw}),
+     BAD_X[:2] + [MISSING_KEY])
+rows("fit_mcvq_meanfield_svi", lambda x=MCVQ_X, **kw: fit_mcvq_meanfield_svi(
+    x, 2, 2, **{"rng_key": KEY, **kw}), BAD_MCVQ_X[:2] + [MISSING_KEY])
+rows("fit_mcvq_stream", lambda x=MCVQ_X, k=2, **kw: fit_mcvq_stream([x], k, 2, rng_key=KEY,
+                                                                    **kw), [
+    ("source", dict(x=with_entry(MCVQ_X, (0, 0), np.nan)), ValueError,
+     r"^source batch 0 .*NaN or infinite"),
+    ("num_vqs", dict(k=0), ValueError, r"^num_vqs must be at least 1"),
+])
+_MU, _SIGMA = np.ones((4, 2, 2), np.float32), np.ones((4, 2, 2), np.float32)
+_G = np.full((4, 2), 0.5, np.float32)
+rows("fit_variational", lambda x=MCVQ_X, mu=_MU, **kw: fit_variational(x, mu, _SIGMA, **kw),
+     BAD_MCVQ_X[:2] + [("mu", dict(mu=_MU[0]), ValueError, r"^mu")])
+rows("infer_states", lambda result=None, x_new=MCVQ_X, **kw: infer_states(
+    _mcvq_result() if result is None else result, x_new, **kw), [
+    ("x_new", dict(x_new=MCVQ_X[:, :3]), ValueError, r"^x_new"),
+    ("result", dict(result=(1, 2)), TypeError, r"^result must be"),
+])
+rows("reconstruct", lambda g=_G, **kw: reconstruct(
+    g, np.full((6, 2, 2), 0.5, np.float32), _MU, **kw), [
+    ("g", dict(g=np.ones((3, 2), np.float32)), ValueError, r"^g"),
+])
+
+
+def _mcvq_result():
+    """A fitted MCVQResult for infer_states (2 iterations: not converged, on purpose)."""
+    with pytest.warns(ConvergenceWarning):
+        return fit_mcvq(MCVQ_X, 2, 2, **_MCVQ)
+
+
 # --- the tests --------------------------------------------------------------------------
 def _id(case: Case) -> str:
     return f"{case.entry}-{case.argument}"
+
+
+# The cases that each family's plug-in declares for itself.
+CASES += [Case(*case) for family in load_families().values()
+          for case in (family.bad_inputs() if family.bad_inputs else ())]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
@@ -480,12 +537,15 @@ def test_bad_input_raises_naming_the_argument(case):
 
 
 def test_the_table_covers_every_public_entry_point():
+    """Every fit and baseline that a family's plug-in declares has rows (here, or the
+    plug-in's own ``bad_inputs``), and so do every registered program and loader."""
     covered = {case.entry for case in CASES}
-    assert {"associate", "fit_gvq", "fit_mixture", "fit_online", "fit_mcvq", "fit_vb_mcvq",
-            "fit_vb_mixture", "fit_clipped_gaussian", "select_num_components",
-            "model_selection", "fit_gvq_svi", "fit_mixture_svi", "fit_mcvq_svi",
-            "fit_clipped_svi", "gvq.model", "mixture.model", "mcvq.model",
-            "ratings.load_ratings"} <= covered
+    for family in load_families().values():
+        entries = set(family.fits) | set(family.baselines)
+        missing = sorted(entries - covered)
+        assert not missing, f"family {family.name!r}: no bad-input rows for {missing}"
+    programs = {f"{info.model.__module__.rsplit('.', 1)[-1]}.model" for info in REGISTRY.values()}
+    assert programs | {"model_selection", "ratings.load_ratings"} <= covered
 
 
 def test_check_choice_and_check_rng_key():
