@@ -40,12 +40,14 @@ import logging
 import os
 import pathlib
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
-__all__ = ["check_checkpoint_options", "data_digest", "prepare", "flatten_carry", "jsonable",
-           "load_checkpoint", "run_chunks", "save_checkpoint", "unflatten_carry"]
+__all__ = ["Checkpointing", "checkpointing", "check_checkpoint_options", "data_digest",
+           "prepare", "flatten_carry", "jsonable", "load_checkpoint", "run_chunks",
+           "save_checkpoint", "unflatten_carry"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +143,40 @@ def prepare(checkpoint_path, checkpoint_every, resume_from, options: dict, *, da
         saved[f"{name}_sha256"] = data_digest(*arrays)
     saved["data_sha256"] = data_digest(*data)
     return path, every, resume, saved
+
+
+class Checkpointing(NamedTuple):
+    """A fit's checkpoint settings, as :func:`inference.engine.loop.run` takes them.
+
+    Attributes
+    ----------
+    path, every, resume
+        As :func:`check_checkpoint_options` returns them.
+    options : dict
+        What determines the fit's result, saved with the checkpoint and checked on
+        resume (:func:`prepare`'s ``saved``).
+    """
+
+    path: pathlib.Path | None
+    every: int | None
+    resume: pathlib.Path | None
+    options: dict
+
+    def chunk_arguments(self, kind: str) -> dict:
+        """The keyword arguments of :func:`run_chunks` for a fit named ``kind``."""
+        return dict(kind=kind, options=self.options, checkpoint_path=self.path,
+                    checkpoint_every=self.every, resume_from=self.resume)
+
+
+def checkpointing(checkpoint_path, checkpoint_every, resume_from, options: dict, *, data,
+                  **digests) -> Checkpointing | None:
+    """:func:`prepare` as a :class:`Checkpointing` for the engine, or None without
+    checkpoint options (nothing is hashed then)."""
+    path, every, resume, saved = prepare(checkpoint_path, checkpoint_every, resume_from,
+                                         options, data=data, **digests)
+    if path is None and resume is None:
+        return None
+    return Checkpointing(path, every, resume, saved)
 
 
 def _as_path(value, name):
