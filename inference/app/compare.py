@@ -23,17 +23,17 @@ from pathlib import Path
 
 import jax
 
-import inference  # noqa: F401  (loads every family's plug-in)
+from inference.app.families import load_families
 from inference.engine.reporting import ComparisonResult, columns, json_default
 from ppl_models.diagnostics import ZooWarning
-from ppl_models.registry import FAMILIES
 
 __all__ = ["comparisons", "run_comparison", "save_comparison"]
 
 
 def comparisons() -> dict:
     """Comparison name -> function, over every registered family (``ppl-zoo compare``)."""
-    return {name: fn for family in FAMILIES.values() for name, fn in family.comparisons.items()}
+    return {name: fn for family in load_families().values()
+            for name, fn in family.comparisons.items()}
 
 
 def run_comparison(name: str, *, rng_key=None, quick: bool = False, progress_bar: bool = True,
