@@ -65,14 +65,16 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from inference.app.selection_rules import (
+    argmax,
+    folds,
+    one_se_choice,
+    smallest_containing,
+)
 from inference.mcvq import selection as mcvq_scores
 from inference.mcvq.vb import check_covered
-from inference.mixture.em import component_log_joint, fit_mixture
-from inference.mixture.em import criteria as mixture_criteria
-from inference.mixture.selection import num_parameters as mixture_num_parameters
-from inference.mixture.vb import fit_vb_mixture
+from inference.mixture.scorer import MixtureScorer
 from ppl_models import mixture
-from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
 
 __all__ = ["CRITERIA", "MODELS", "PrunedModel", "ModelSelectionResult", "model_selection"]
@@ -85,11 +87,6 @@ MODELS = ("mcvq", "mixture")
 #: evaluation of NUTS then holds at most this many numbers (2 MiB in float32),
 #: which keeps a chain of ~1000 iterations within minutes on 2 CPU cores.
 LOO_MAX_SIZE = 1 << 19
-#: Values within this many nats per example of the best count as tied, and the
-#: smallest tied candidate (by K, then J) is chosen: a larger model whose extra VQ,
-#: state or component is left unused scores the same as the smaller one up to
-#: float32 rounding (measured differences ~1e-6), and parsimony breaks the tie.
-TIE_TOLERANCE = 1e-4
 
 
 class PrunedModel(NamedTuple):
@@ -253,57 +250,6 @@ def _check_criteria(criteria):
     return tuple(c for c in CRITERIA if c in criteria)
 
 
-def _folds(rng_key, num, num_folds):
-    """(train, held-out) index arrays of every fold: a permutation split in num_folds parts."""
-    order = np.asarray(jax.random.permutation(rng_key, num))
-    parts = np.array_split(order, num_folds)
-    return [(np.sort(np.concatenate(parts[:f] + parts[f + 1:])), np.sort(parts[f]))
-            for f in range(num_folds)]
-
-
-def _smallest_containing(candidates, size, model):
-    """The smallest candidate that contains ``size`` (by K then J), else None."""
-    if model == "mcvq":
-        fits = [c for c in candidates if c[0] >= size[0] and c[1] >= max(size[1])]
-        return min(fits, default=None)
-    return min((c for c in candidates if c >= size), default=None)
-
-
-def _argmax(candidates, values):
-    """The smallest candidate whose value is within ``TIE_TOLERANCE`` of the largest."""
-    values = np.asarray(values, float)
-    finite = np.isfinite(values)
-    if not finite.any():
-        return None
-    best = np.max(values[finite])
-    return min(c for c, v, f in zip(candidates, values, finite, strict=True)
-               if f and v >= best - TIE_TOLERANCE)
-
-
-def _one_se_choice(candidates, pointwise):
-    """The smallest candidate whose mean is within one paired SE of the best mean.
-
-    ``pointwise`` (candidates, N) holds per-example held-out (CV) or leave-one-out
-    (PSIS-LOO) log predictive densities; rows with NaN (not scored) are
-    excluded. The SE of the difference to the best candidate is computed from the
-    per-example differences, sd(diff) / sqrt(N), as arviz's ``dse``: the
-    one-standard-error rule (Hastie, Tibshirani and Friedman 2009, sec. 7.10;
-    Vehtari et al. 2017 sec. 5 judge elpd differences against this se), so a
-    larger model whose gain is within noise does not win.
-    """
-    scored = ~np.any(np.isnan(pointwise), axis=1)
-    if not scored.any():
-        return None
-    means = np.where(scored, np.mean(pointwise, axis=1), -np.inf)
-    best = int(np.argmax(means))
-    if not np.isfinite(means[best]):
-        return candidates[best]
-    diff = pointwise - pointwise[best]
-    se = np.std(diff, axis=1, ddof=1) / math.sqrt(pointwise.shape[1])
-    ok = scored & (means >= means[best] - se - TIE_TOLERANCE)
-    return min(c for c, keep in zip(candidates, ok, strict=True) if keep)
-
-
 # --- the entry point ----------------------------------------------------------------------
 
 def model_selection(x, candidates=None, *, model: str = "mcvq",
@@ -425,7 +371,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
     if model == "mcvq":
         scorer = mcvq_scores.MCVQScorer(x, mask, num_restarts, fit_options, vb_options)
     else:
-        scorer = _MixtureScorer(x, covariance, num_restarts, fit_options, vb_options)
+        scorer = MixtureScorer(x, covariance, num_restarts, fit_options, vb_options)
     scored = bool(candidates) and bool({"cv", "train", "bic"} & set(criteria))
     if scored:
         scorer.set_candidates(candidates)
@@ -439,29 +385,29 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
         values["vb"] = tuple(f[0] for f in fits)
         vb_sizes = tuple(f[1] for f in fits)
         best = int(np.argmax(values["vb"]))
-        choice["vb"] = _smallest_containing(candidates, vb_sizes[best], model)
+        choice["vb"] = smallest_containing(candidates, vb_sizes[best], model)
     if candidates and "cv" in criteria:
-        folds = _folds(keys["cv"], num, num_folds)
+        splits = folds(keys["cv"], num, num_folds)
         pointwise = np.zeros((len(candidates), num))  # held-out log-likelihood per example
         for i, c in enumerate(candidates):
-            for f, (tr, te) in enumerate(folds):
+            for f, (tr, te) in enumerate(splits):
                 key = jax.random.fold_in(jax.random.fold_in(keys["cv"], i), f)
                 pointwise[i, te] = scorer.heldout(c, tr, te, key)
-        fold_means = np.stack([pointwise[:, te].mean(axis=1) for _, te in folds], axis=1)
+        fold_means = np.stack([pointwise[:, te].mean(axis=1) for _, te in splits], axis=1)
         values["cv"] = tuple(float(v) for v in pointwise.mean(axis=1))
         errors["cv"] = tuple(float(v) for v in np.std(fold_means, axis=1, ddof=1)
                              / math.sqrt(num_folds))
-        choice["cv"] = _one_se_choice(candidates, pointwise)
+        choice["cv"] = one_se_choice(candidates, pointwise)
     if candidates and {"train", "bic", "loo"} & set(criteria):
         train = [scorer.train(c, jax.random.fold_in(keys["train"], i))
                  for i, c in enumerate(candidates)]
         if "train" in criteria:
             values["train"] = tuple(train)
-            choice["train"] = _argmax(candidates, values["train"])
+            choice["train"] = argmax(candidates, values["train"])
         if "bic" in criteria:
             values["bic"] = tuple(t - scorer.num_parameters(c) * math.log(num) / (2 * num)
                                   for t, c in zip(train, candidates, strict=True))
-            choice["bic"] = _argmax(candidates, values["bic"])
+            choice["bic"] = argmax(candidates, values["bic"])
     if candidates and "loo" in criteria:
         elpd, se, data, reasons = [], [], {}, []
         pointwise_loo = np.full((len(candidates), num), np.nan)
@@ -482,7 +428,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
             pareto = float(np.max(np.asarray(loo.pareto_k)))
             notes.append(f"loo {_name(c)}: largest Pareto k {pareto:.2f}{extra}")
         values["loo"], errors["loo"] = tuple(elpd), tuple(se)
-        choice["loo"] = _one_se_choice(candidates, pointwise_loo)
+        choice["loo"] = one_se_choice(candidates, pointwise_loo)
         if reasons:
             skipped["loo"] = "model too large for MCMC: " + "; ".join(reasons)
         if len(data) >= 2:
@@ -508,110 +454,3 @@ def _psis_loo(idata):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # Pareto k is reported in the notes
         return az.loo(idata, pointwise=True)
-
-
-# --- the two families ------------------------------------------------------------------
-
-class _MixtureScorer:
-    """Fits and scores of mixture candidates k; the full-data EM fits are cached."""
-
-    def __init__(self, x, covariance, num_restarts, fit_options, vb_options):
-        self.x, self.covariance = x, covariance
-        self.num, self.dim = x.shape
-        self.num_restarts = num_restarts
-        self.fit_options, self.vb_options = fit_options, vb_options
-        self.cache = {}
-        self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
-        self.collapsed = []
-
-    def set_candidates(self, candidates):
-        pass
-
-    def _em(self, k, x, key):
-        """Best non-collapsed restart by training likelihood (None if all collapsed)."""
-        best = None
-        for restart_key in jax.random.split(key, self.num_restarts):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                fit = fit_mixture(x, k, mode="stochastic", covariance=self.covariance,
-                                  prune=False, rng_key=restart_key, **self.fit_options)
-            self.fits_em += 1
-            self.unconverged_em += not fit.converged
-            if not fit.collapsed and (best is None or fit.L_stocha < best.L_stocha):
-                best = fit
-        if best is None:
-            self.collapsed.append(k)
-            warnings.warn(f"model_selection: every restart of k={k} collapsed a component; "
-                          "its score is -inf", NumericalWarning, stacklevel=4)
-        return best
-
-    def _score(self, fit, x):
-        if fit is None:
-            return -math.inf
-        return -mixture_criteria(x, fit.weights, fit.means, fit.covariances,
-                                 fit.covariance)["L_stocha"]
-
-    def vb(self, k, key):
-        best = None
-        for restart_key in jax.random.split(key, self.num_restarts):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                fit = fit_vb_mixture(self.x, k, rng_key=restart_key, covariance=self.covariance,
-                                     **self.vb_options)
-            self.fits_vb += 1
-            self.unconverged_vb += not fit.converged
-            if best is None or fit.bound > best.bound:
-                best = fit
-        return best.bound / self.num, best.num_components, best
-
-    def heldout(self, k, train, test, key):
-        fit = self._em(k, self.x[train], key)
-        if fit is None:
-            return np.full(len(test), -np.inf)
-        log_joint = component_log_joint(self.x[test], fit.weights, fit.means, fit.covariances,
-                                        covariance=fit.covariance)
-        return np.asarray(jax.nn.logsumexp(log_joint, axis=1))
-
-    def train(self, k, key):
-        if k not in self.cache:
-            self.cache[k] = self._em(k, self.x, key)
-        return self._score(self.cache[k], self.x)
-
-    def num_parameters(self, k):
-        return mixture_num_parameters(k, self.dim, self.covariance)
-
-    def loo_reason(self, k, limit):
-        from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES
-
-        if self.num > MAX_MCMC_EXAMPLES:
-            return f"N = {self.num} > {MAX_MCMC_EXAMPLES} (fit_mixture_mcmc)"
-        if k > MAX_MCMC_COMPONENTS:
-            return f"k = {k} > {MAX_MCMC_COMPONENTS} (fit_mixture_mcmc)"
-        if self.num * k * self.dim > limit:
-            return f"N k d = {self.num * k * self.dim} > loo_max_size = {limit}"
-        return None
-
-    def loo(self, k, key, num_warmup, num_samples, progress_bar):
-        from inference.mixture.baselines import fit_mixture_mcmc
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            fit = fit_mixture_mcmc(self.x, k, rng_key=key, covariance=self.covariance,
-                                   num_warmup=num_warmup, num_samples=num_samples,
-                                   progress_bar=progress_bar)
-        extra = "" if fit.converged else (f", not converged (R-hat {fit.r_hat:.3g}, "
-                                          f"{fit.num_divergent} divergent)")
-        return fit.to_inference_data(), extra
-
-    def notes(self, scored):
-        out = ["cv/train/bic: exact mixture log-likelihood (y summed out) of EM fits "
-               "(prune=False)"] if scored else []
-        if self.collapsed:
-            out.append(f"every restart collapsed for k in {sorted(set(self.collapsed))}")
-        if self.unconverged_em:
-            out.append(f"{self.unconverged_em} of {self.fits_em} fit_mixture calls did not "
-                       "converge")
-        if self.unconverged_vb:
-            out.append(f"{self.unconverged_vb} of {self.fits_vb} fit_vb_mixture runs did not "
-                       "converge")
-        return out

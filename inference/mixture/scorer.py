@@ -1,0 +1,136 @@
+"""Scoring mixture candidates for model selection: EM, VB, held-out likelihood, LOO.
+
+Used by :func:`inference.model_selection` (``model="mixture"``), which chooses the
+number of components k by the VB bound, cross-validated and training likelihood,
+BIC and PSIS-LOO; this module says how each is computed for a mixture.
+
+References
+----------
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", ICONIP 1995; A. Corduneanu, C. M. Bishop, "Variational
+Bayesian model selection for mixture distributions", AISTATS 2001.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax
+import numpy as np
+
+from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, fit_mixture_mcmc
+from inference.mixture.em import component_log_joint, fit_mixture
+from inference.mixture.em import criteria as mixture_criteria
+from inference.mixture.selection import num_parameters as mixture_num_parameters
+from inference.mixture.vb import fit_vb_mixture
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+
+__all__ = ["MixtureScorer"]
+
+
+class MixtureScorer:
+    """Fits and scores of mixture candidates k for :func:`inference.model_selection`.
+
+    The mixture counterpart of :class:`inference.mcvq.selection.MCVQScorer`: EM fits
+    (best of ``num_restarts`` non-collapsed restarts, cached for the full data),
+    their exact log-likelihood (y summed out) on training and held-out rows, BIC's
+    parameter count, the VB bound of :func:`fit_vb_mixture`, and NUTS for PSIS-LOO.
+    """
+
+    def __init__(self, x, covariance, num_restarts, fit_options, vb_options):
+        self.x, self.covariance = x, covariance
+        self.num, self.dim = x.shape
+        self.num_restarts = num_restarts
+        self.fit_options, self.vb_options = fit_options, vb_options
+        self.cache = {}
+        self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
+        self.collapsed = []
+
+    def set_candidates(self, candidates):
+        pass
+
+    def _em(self, k, x, key):
+        """Best non-collapsed restart by training likelihood (None if all collapsed)."""
+        best = None
+        for restart_key in jax.random.split(key, self.num_restarts):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                fit = fit_mixture(x, k, mode="stochastic", covariance=self.covariance,
+                                  prune=False, rng_key=restart_key, **self.fit_options)
+            self.fits_em += 1
+            self.unconverged_em += not fit.converged
+            if not fit.collapsed and (best is None or fit.L_stocha < best.L_stocha):
+                best = fit
+        if best is None:
+            self.collapsed.append(k)
+            warnings.warn(f"model_selection: every restart of k={k} collapsed a component; "
+                          "its score is -inf", NumericalWarning, stacklevel=4)
+        return best
+
+    def _score(self, fit, x):
+        if fit is None:
+            return -math.inf
+        return -mixture_criteria(x, fit.weights, fit.means, fit.covariances,
+                                 fit.covariance)["L_stocha"]
+
+    def vb(self, k, key):
+        best = None
+        for restart_key in jax.random.split(key, self.num_restarts):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                fit = fit_vb_mixture(self.x, k, rng_key=restart_key, covariance=self.covariance,
+                                     **self.vb_options)
+            self.fits_vb += 1
+            self.unconverged_vb += not fit.converged
+            if best is None or fit.bound > best.bound:
+                best = fit
+        return best.bound / self.num, best.num_components, best
+
+    def heldout(self, k, train, test, key):
+        fit = self._em(k, self.x[train], key)
+        if fit is None:
+            return np.full(len(test), -np.inf)
+        log_joint = component_log_joint(self.x[test], fit.weights, fit.means, fit.covariances,
+                                        covariance=fit.covariance)
+        return np.asarray(jax.nn.logsumexp(log_joint, axis=1))
+
+    def train(self, k, key):
+        if k not in self.cache:
+            self.cache[k] = self._em(k, self.x, key)
+        return self._score(self.cache[k], self.x)
+
+    def num_parameters(self, k):
+        return mixture_num_parameters(k, self.dim, self.covariance)
+
+    def loo_reason(self, k, limit):
+        if self.num > MAX_MCMC_EXAMPLES:
+            return f"N = {self.num} > {MAX_MCMC_EXAMPLES} (fit_mixture_mcmc)"
+        if k > MAX_MCMC_COMPONENTS:
+            return f"k = {k} > {MAX_MCMC_COMPONENTS} (fit_mixture_mcmc)"
+        if self.num * k * self.dim > limit:
+            return f"N k d = {self.num * k * self.dim} > loo_max_size = {limit}"
+        return None
+
+    def loo(self, k, key, num_warmup, num_samples, progress_bar):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit = fit_mixture_mcmc(self.x, k, rng_key=key, covariance=self.covariance,
+                                   num_warmup=num_warmup, num_samples=num_samples,
+                                   progress_bar=progress_bar)
+        extra = "" if fit.converged else (f", not converged (R-hat {fit.r_hat:.3g}, "
+                                          f"{fit.num_divergent} divergent)")
+        return fit.to_inference_data(), extra
+
+    def notes(self, scored):
+        out = ["cv/train/bic: exact mixture log-likelihood (y summed out) of EM fits "
+               "(prune=False)"] if scored else []
+        if self.collapsed:
+            out.append(f"every restart collapsed for k in {sorted(set(self.collapsed))}")
+        if self.unconverged_em:
+            out.append(f"{self.unconverged_em} of {self.fits_em} fit_mixture calls did not "
+                       "converge")
+        if self.unconverged_vb:
+            out.append(f"{self.unconverged_vb} of {self.fits_vb} fit_vb_mixture runs did not "
+                       "converge")
+        return out
