@@ -1003,11 +1003,24 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
 
 
 def _kmeans_plus_plus(rng_key, x, k):
-    """k-means++ seeding (Arthur and Vassilvitskii 2007), jitted (compiled once per shape)."""
+    """k-means++ seeding (Arthur and Vassilvitskii 2007).
+
+    The first centre is drawn op by op; the loop over the others is one module-level
+    jitted function (:func:`_kmeans_plus_plus_loop`), compiled once per shape. (A
+    ``fori_loop`` called here directly would be staged out with a new body closure on
+    every call, and so compiled again on every fit.)
+    """
     keys = jax.random.split(rng_key, k)
     first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
     centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
     nearest = jnp.sum((x - first) ** 2, axis=1)
+    return _kmeans_plus_plus_loop(keys, x, centres, nearest)
+
+
+@jax.jit
+def _kmeans_plus_plus_loop(keys, x, centres, nearest):
+    """Centres 1 .. k - 1 of :func:`_kmeans_plus_plus`, each drawn with probability
+    proportional to the squared distance to the nearest centre so far."""
 
     def body(i, carry):
         centres, nearest = carry
@@ -1015,7 +1028,7 @@ def _kmeans_plus_plus(rng_key, x, k):
         pick = x[jax.random.choice(keys[i], x.shape[0], p=p)]
         return centres.at[i].set(pick), jnp.minimum(nearest, jnp.sum((x - pick) ** 2, axis=1))
 
-    centres, _ = jax.lax.fori_loop(1, k, body, (centres, nearest))
+    centres, _ = jax.lax.fori_loop(1, centres.shape[0], body, (centres, nearest))
     return centres
 
 
