@@ -79,6 +79,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from inference import _host
 from inference.handlers import NoiselessGaussian, noiseless
 from inference.sharding import (
     mesh_size,
@@ -1127,11 +1128,12 @@ def _is_prefix(keep):
 
 
 def _take(array, keep):
-    """``array[keep]`` for the sorted indices ``keep``, sliced rather than gathered when
-    ``keep`` is a prefix: the common case (nothing pruned) costs no gather dispatch."""
-    if _is_prefix(keep):
-        return array if keep.size == array.shape[0] else array[:keep.size]
-    return array[keep]
+    """``array[keep]`` for the sorted indices ``keep``: ``array`` itself when it keeps every
+    row, else copied on the host (:mod:`inference._host`: the number kept depends on the
+    data, and a slice or gather of a new length outside ``jit`` would compile anew)."""
+    if keep.size == array.shape[0] and _is_prefix(keep):
+        return array
+    return _host.take(array, keep)
 
 
 def _check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prune, min_count,
@@ -1324,10 +1326,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     # Labels index the surviving components (the fit's criteria are over those only).
     labels = nearest if mode == "nearest" else labels
     if not _is_prefix(keep):
-        labels = jnp.asarray(np.cumsum(active) - 1, jnp.int32)[labels]
+        labels = _host.take(np.asarray(np.cumsum(active) - 1, np.int32), labels)
     traces = (objective_trace, count_trace)
     if it < max_iterations:
-        traces = tuple(trace[:it] for trace in traces)
+        traces = tuple(_host.head(trace, it) for trace in traces)
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import mixture_online
+from inference import _host, mixture_online
 from inference.mixture import (
     MixtureResult,
     _block_responsibilities,
@@ -635,11 +635,15 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         rank = np.asarray(np.cumsum(active) - 1, np.int32)
         labels = jnp.asarray(rank[np.concatenate(labels_parts)])
     return MixtureResult(
-        weights=state.weights[keep], means=state.means[keep],
-        covariances=state.covariances[keep], num_components=int(keep.size), labels=labels,
+        weights=_host.take(state.weights, keep), means=_host.take(state.means, keep),
+        covariances=_host.take(state.covariances, keep), num_components=int(keep.size),
+        labels=labels,
         L_stocha=values["L_stocha"], L_map=values["L_map"], L_NN=values["L_NN"], J=values["J"],
-        objective_trace=jnp.asarray(objective_trace, dtype),
-        num_components_trace=jnp.asarray(count_trace, jnp.int32), num_iterations=iterations,
+        # Converted on the host: a list of a new length through jnp.asarray would compile
+        # a conversion for every number of iterations.
+        objective_trace=_host.array(objective_trace, dtype),
+        num_components_trace=_host.array(count_trace, np.int32),
+        num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
 
