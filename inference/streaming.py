@@ -826,10 +826,11 @@ prior_count, min_share, reg_covar, min_weight
     if nonfinite:
         warnings.warn(f"fit_online_stream: non-finite parameters after {method!r}; lower the "
                       "learning rates or raise reg_covar", NumericalWarning, stacklevel=2)
-    weights = state.weights[keep] / jnp.maximum(jnp.sum(state.weights[keep]), 1e-30)
+    weights = mixture_online._used_weights(state.weights, used, keep)
     return OnlineStreamResult(
-        weights=weights, means=state.means[keep], covariances=state.covariances[keep],
-        num_components=int(keep.size), used=jnp.asarray(used), shares=shares,
+        weights=weights, means=_host.take(state.means, keep),
+        covariances=_host.take(state.covariances, keep),
+        num_components=int(keep.size), used=_host.array(used), shares=shares,
         all_weights=state.weights, all_means=state.means, all_covariances=state.covariances,
         win_counts=counts, active=state.active, state=state,
         log_likelihood_trace=jnp.stack(trace), num_active_trace=jnp.stack(active_trace),
