@@ -30,7 +30,9 @@ hidden space and clips (the paper's Fig. 4).
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 import warnings
 from typing import NamedTuple
 
@@ -403,11 +405,20 @@ def infer_hidden(s, weights, bias, *, noise: float = clipped_gaussian.DEFAULT_NO
     bias = jnp.broadcast_to(jnp.asarray(bias, spins.dtype), (spins.shape[1],))
     noise = check_positive(noise, "noise")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
-    return _infer_hidden(spins, weights, bias, noise, max_iterations)
+    if isinstance(noise, numbers.Real):  # a number: a constant of the program, as before
+        return _infer_hidden(spins, weights, bias, None, noise=noise,
+                             max_iterations=max_iterations)
+    return _infer_hidden(spins, weights, bias, jnp.asarray(noise), noise=None,
+                         max_iterations=max_iterations)
 
 
-def _infer_hidden(spins, weights, bias, noise, max_iterations):
-    kwargs = {"weights": weights, "bias": bias, "noise": noise}
+@functools.partial(jax.jit, static_argnames=("noise", "max_iterations"))
+def _infer_hidden(spins, weights, bias, noise_array, *, noise, max_iterations):
+    """:func:`infer_hidden` after the checks, jitted once per shape and option (weights
+    and bias are arguments, so that new values reuse the compiled program). ``noise``
+    is the static number, or None and ``noise_array`` the array given instead."""
+    kwargs = {"weights": weights, "bias": bias,
+              "noise": noise_array if noise is None else noise}
 
     def one(pattern):
         def objective(y):
@@ -418,7 +429,7 @@ def _infer_hidden(spins, weights, bias, noise, max_iterations):
                                  max_iterations=max_iterations, tol=1e-6)
         return y
 
-    return jax.jit(jax.vmap(one))(spins)
+    return jax.vmap(one)(spins)
 
 
 def morph(pattern_a, pattern_b, steps: int, *, weights, bias,
