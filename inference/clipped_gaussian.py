@@ -129,12 +129,15 @@ def empirical_moments(s, *, mesh=None):
     s = jnp.asarray(s)
     if mesh is None:
         return jnp.mean(s, axis=0), (s.T @ s) / s.shape[0]
-
-    def sums(shard, valid):  # padded rows are zeros: no masking needed
-        return jnp.sum(shard, axis=0), shard.T @ shard
-
-    first, second = sum_over_shards(sums, mesh, [s])
+    first, second = sum_over_shards(_moment_sums, mesh, [s])
     return first / s.shape[0], second / s.shape[0]
+
+
+def _moment_sums(shard, valid):
+    """sum_mu s_mu and sum_mu s_mu s_mu^T of one shard (:func:`empirical_moments`; module
+    level, so that the sharded program is compiled once per mesh and shape). Padded rows
+    are zeros: no masking needed."""
+    return jnp.sum(shard, axis=0), shard.T @ shard
 
 
 def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool = False,
