@@ -39,7 +39,6 @@ import pytest
 
 from inference import (
     associate,
-    clipped_baselines,
     compare_criteria,
     fit_clipped_gaussian,
     fit_clipped_gaussian_stream,
@@ -53,19 +52,19 @@ from inference import (
     fit_vb_mcvq,
     fit_vb_mixture,
     infer_states,
-    mcvq_baselines,
-    mixture_baselines,
     model_selection,
-    numpyro_baselines,
     reconstruct,
     select_num_components,
 )
-from inference.association import METHODS, _load_methods
-from inference.mixture_online import fit_online
+from inference.app.families import load_families
+from inference.association.core import METHODS
+from inference.clipped import baselines as clipped_baselines
+from inference.gvq import baselines as numpyro_baselines
+from inference.mcvq import baselines as mcvq_baselines
+from inference.mixture import baselines as mixture_baselines
+from inference.mixture.online import fit_online
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture
 from ppl_models.diagnostics import ZooWarning
-
-_load_methods()
 
 #: The jax.monitoring events counted, and how the failure message names them.
 EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "traced",
@@ -280,3 +279,12 @@ def test_the_counter_sees_a_new_program(programs):
 
     with pytest.raises(AssertionError, match="traced: <lambda>"):
         assert_second_call_compiles_nothing(programs, run)
+
+
+def test_every_registered_fit_and_baseline_has_a_case():
+    """The cases above cover every fit and baseline that a family's plug-in declares."""
+    covered = {*CASES, *SLOW_CASES, *BASELINES, *SLOW_BASELINES, "associate"}
+    covered |= {name.split("[")[0] for name in covered}
+    for family in load_families().values():
+        missing = sorted((set(family.fits) | set(family.baselines)) - covered)
+        assert not missing, f"family {family.name!r}: no compile-once case for {missing}"
