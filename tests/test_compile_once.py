@@ -60,6 +60,7 @@ from inference.app.families import load_families
 from inference.association.core import METHODS
 from inference.clipped import baselines as clipped_baselines
 from inference.gvq import baselines as numpyro_baselines
+from inference.gvq.constraints import associate_sets
 from inference.mcvq import baselines as mcvq_baselines
 from inference.mixture import baselines as mixture_baselines
 from inference.mixture.online import fit_online
@@ -176,6 +177,7 @@ CASES = {
                                  num_restarts=2),
     "fit_gvq_stream": lambda i: fit_gvq_stream(planted(i)[1], 3, rng_key=key(i),
                                                num_iterations=3, num_restarts=2, batch_size=5),
+    "associate_sets": lambda i: associate_sets(planted(i)[0], planted(i)[1], 1),
     "fit_clipped_gaussian": lambda i: fit_clipped_gaussian(spins(i), 2),
     "fit_clipped_gaussian_stream": lambda i: fit_clipped_gaussian_stream(spins(i), 2,
                                                                          batch_size=30),
