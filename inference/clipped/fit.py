@@ -30,7 +30,9 @@ hidden space and clips (the paper's Fig. 4).
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 import warnings
 from typing import NamedTuple
 
@@ -128,12 +130,15 @@ def empirical_moments(s, *, mesh=None):
     s = jnp.asarray(s)
     if mesh is None:
         return jnp.mean(s, axis=0), (s.T @ s) / s.shape[0]
-
-    def sums(shard, valid):  # padded rows are zeros: no masking needed
-        return jnp.sum(shard, axis=0), shard.T @ shard
-
-    first, second = sum_over_shards(sums, mesh, [s])
+    first, second = sum_over_shards(_moment_sums, mesh, [s])
     return first / s.shape[0], second / s.shape[0]
+
+
+def _moment_sums(shard, valid):
+    """sum_mu s_mu and sum_mu s_mu s_mu^T of one shard (:func:`empirical_moments`; module
+    level, so that the sharded program is compiled once per mesh and shape). Padded rows
+    are zeros: no masking needed."""
+    return jnp.sum(shard, axis=0), shard.T @ shard
 
 
 def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool = False,
@@ -404,11 +409,20 @@ def infer_hidden(s, weights, bias, *, noise: float = clipped_gaussian.DEFAULT_NO
     bias = jnp.broadcast_to(jnp.asarray(bias, spins.dtype), (spins.shape[1],))
     noise = check_positive(noise, "noise")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
-    return _infer_hidden(spins, weights, bias, noise, max_iterations)
+    if isinstance(noise, numbers.Real):  # a number: a constant of the program, as before
+        return _infer_hidden(spins, weights, bias, None, noise=noise,
+                             max_iterations=max_iterations)
+    return _infer_hidden(spins, weights, bias, jnp.asarray(noise), noise=None,
+                         max_iterations=max_iterations)
 
 
-def _infer_hidden(spins, weights, bias, noise, max_iterations):
-    kwargs = {"weights": weights, "bias": bias, "noise": noise}
+@functools.partial(jax.jit, static_argnames=("noise", "max_iterations"))
+def _infer_hidden(spins, weights, bias, noise_array, *, noise, max_iterations):
+    """:func:`infer_hidden` after the checks, jitted once per shape and option (weights
+    and bias are arguments, so that new values reuse the compiled program). ``noise``
+    is the static number, or None and ``noise_array`` the array given instead."""
+    kwargs = {"weights": weights, "bias": bias,
+              "noise": noise_array if noise is None else noise}
 
     def one(pattern):
         def objective(y):
@@ -419,7 +433,7 @@ def _infer_hidden(spins, weights, bias, noise, max_iterations):
                                  max_iterations=max_iterations, tol=1e-6)
         return y
 
-    return jax.jit(jax.vmap(one))(spins)
+    return jax.vmap(one)(spins)
 
 
 def morph(pattern_a, pattern_b, steps: int, *, weights, bias,

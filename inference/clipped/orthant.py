@@ -44,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from inference.engine import host
+
 __all__ = ["bivariate_normal_cdf", "pair_density", "pair_second_moment", "solve_pair_correlations",
            "nearest_correlation", "NUM_NODES"]
 
@@ -246,13 +248,21 @@ def solve_pair_correlations(h, k, target, *, tol=1e-10, max_iterations=100, chun
     rest = np.flatnonzero(~np.asarray(done))
     if rest.size and max_iterations > first:
         size = 1 << int(np.ceil(np.log2(rest.size)))  # few distinct shapes to compile
-        index = jnp.asarray(np.pad(rest, (0, size - rest.size), mode="edge"))
-        more = _iterate(h[index], k[index], target[index], rho[index], low[index], high[index],
-                        tol, max_iterations=max_iterations - first)
-        rho = rho.at[index].set(more[0])
-        done = done.at[index].set(more[3])
+        index = host.array(np.pad(rest, (0, size - rest.size), mode="edge"))
+        rho, done = _second_phase(h, k, target, rho, low, high, done, index, tol,
+                                  num_iterations=max_iterations - first)
     rho = jnp.where(below, -1.0, jnp.where(above, 1.0, rho))
     return rho, below | above, int(np.sum(~np.asarray(done)))
+
+
+@functools.partial(jax.jit, static_argnames=("num_iterations",))
+def _second_phase(h, k, target, rho, low, high, done, index, tol, *, num_iterations):
+    """The unfinished pairs ``index`` (padded to a power of two with copies of the last)
+    gathered, iterated on alone and scattered back: one program per number of pairs and
+    padded size (the gathers and scatters outside ``jit`` were compiled one by one)."""
+    more = _iterate(h[index], k[index], target[index], rho[index], low[index], high[index],
+                    tol, max_iterations=num_iterations)
+    return rho.at[index].set(more[0]), done.at[index].set(more[3])
 
 
 def nearest_correlation(matrix, *, tol=1e-9, max_iterations=500, min_eigenvalue=0.0):
@@ -272,6 +282,15 @@ def nearest_correlation(matrix, *, tol=1e-9, max_iterations=500, min_eigenvalue=
     a = jnp.asarray(matrix)
     a = 0.5 * (a + a.T)
     eye = jnp.eye(a.shape[0], dtype=a.dtype)
+    return _nearest_correlation_loop(a, eye, tol=tol, max_iterations=max_iterations,
+                                     min_eigenvalue=min_eigenvalue)
+
+
+@functools.partial(jax.jit, static_argnames=("tol", "max_iterations", "min_eigenvalue"))
+def _nearest_correlation_loop(a, eye, *, tol, max_iterations, min_eigenvalue):
+    """The projections of :func:`nearest_correlation` from the symmetrised ``a``: jitted
+    once per shape and option (a loop called outside ``jit`` with a new body closure
+    would be compiled again on every call)."""
 
     def psd(x):
         values, vectors = jnp.linalg.eigh(x)

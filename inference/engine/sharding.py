@@ -33,6 +33,7 @@ Simulated devices share the same cores, so they show correctness, not speed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -203,15 +204,22 @@ def sum_over_shards(fn: Callable, mesh: Mesh, sharded: Sequence, replicated: Seq
     >>> np.asarray(sum_over_shards(moments, mesh, [jnp.ones((3, 2))])).tolist()
     [3.0, 3.0]
     """
-    axis = mesh_axis(mesh)
     size = mesh_size(mesh)
     padded = [pad_examples(jnp.asarray(a), size)[0] for a in sharded]
     valid = pad_examples(jnp.zeros(jnp.shape(sharded[0])[0]), size)[1]
-    count = len(padded)
+    return _summed_over_shards(fn, mesh, len(padded))(*padded, valid, *replicated)
+
+
+@functools.lru_cache(maxsize=64)
+def _summed_over_shards(fn: Callable, mesh: Mesh, count: int):
+    """The jitted program of :func:`sum_over_shards`, built once per (fn, mesh, count): a
+    new ``jax.jit`` object per call would trace and compile again on every call (pass a
+    module-level ``fn`` to benefit; a new closure per call still compiles anew)."""
+    axis = mesh_axis(mesh)
 
     def per_shard(*args):  # the shards and their mask are split, the rest replicated
         shards, mask, rest = args[:count], args[count], args[count + 1:]
         out = fn(*shards, *rest, mask)
         return jax.tree_util.tree_map(lambda v: jax.lax.psum(v, axis), out)
 
-    return jax.jit(map_shards(per_shard, mesh, count + 1, P()))(*padded, valid, *replicated)
+    return jax.jit(map_shards(per_shard, mesh, count + 1, P()))

@@ -77,6 +77,7 @@ from jax.scipy.special import xlogy
 from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 
+from inference.engine import host
 from inference.engine.sharding import (
     map_shards,
     mesh_axis,
@@ -871,8 +872,10 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
     state = jax.tree_util.tree_map(lambda leaf: leaf[best], states)
     it, done = int(its[best]), dones[best]
-    energies = all_energies[best, :it]
-    if not bool(jnp.all(jnp.isfinite(energies))):
+    # The trace's used length depends on the data: cut on the host (inference.engine.host), so
+    # that a repeated fit compiles nothing new.
+    energies = host.head(np.asarray(all_energies)[best], it)
+    if not bool(np.all(np.isfinite(np.asarray(energies)))):
         warnings.warn("fit_mcvq: the free energy became non-finite; check the data scale and "
                       "variance_floor", NumericalWarning, stacklevel=2)
     if not bool(done):
@@ -881,7 +884,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                       ConvergenceWarning, stacklevel=2)
     return MCVQResult(g=state.g, m=state.m, mu=state.mu, sigma=state.sigma, a=a, b=b,
                       free_energy_trace=energies,
-                      temperature_trace=jnp.asarray(padded[:it], x.dtype),
+                      temperature_trace=host.array(padded[:it], x.dtype),
                       num_iterations=it, converged=bool(done), variance_floor=floor,
                       restart_free_energies=finals, best_restart=best,
                       restart_converged=dones)

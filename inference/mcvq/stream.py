@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
+from inference.engine import host
 from inference.engine.streaming import (
     BatchSource,
     Pass,
@@ -438,8 +439,8 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     finals = _mcvq_energy(stats, natural, g, kl_m, a, temps[num_iterations - 1])
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
     it = int(counts[best])
-    trace = jnp.asarray(energies[best, :it], dtype)
-    if not bool(jnp.all(jnp.isfinite(trace))):
+    trace = host.array(energies[best, :it], dtype)  # on the host: its length varies
+    if not bool(np.all(np.isfinite(np.asarray(trace)))):
         warnings.warn("fit_mcvq_stream: the free energy became non-finite; check the data scale "
                       "and variance_floor", NumericalWarning, stacklevel=2)
     if not done[best]:
@@ -456,7 +457,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         m = jnp.asarray(np.concatenate(parts), dtype)
     return mcvq_fit.MCVQResult(
         g=g[best], m=m, mu=mu[best], sigma=sigma[best], a=a, b=b, free_energy_trace=trace,
-        temperature_trace=temps[:it], num_iterations=it, converged=bool(done[best]),
+        temperature_trace=host.head(temps, it), num_iterations=it, converged=bool(done[best]),
         variance_floor=floor, restart_free_energies=finals, best_restart=best,
         restart_converged=jnp.asarray(done))
 

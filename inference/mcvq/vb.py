@@ -117,6 +117,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
+from inference.engine import host
 from inference.mcvq import em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -619,7 +620,7 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
                                     threshold, constant, max_iterations, tol,
                                     conditional=conditional)
         its = int(state.iteration) - start
-        part = [np.asarray(t[:its]) for t in traces]
+        part = [np.asarray(t)[:its] for t in traces]  # cut on the host: its varies
         part[3] = part[3].copy()
         part[3][0] = True
         parts.append(part)
@@ -669,7 +670,7 @@ def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations
             options=saved, checkpoint_path=path, checkpoint_every=every,
             resume_from=resume, resumed=tree, extra={"phase": "main"})
         its = int(state.iteration)
-        parts = [[np.asarray(t[:its]) for t in traces]]
+        parts = [[np.asarray(t)[:its] for t in traces]]  # cut on the host: its varies
         temps = [np.asarray(padded[:its])]
         resume_moves = None
 
@@ -846,12 +847,12 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
             f"prune_threshold={prune_threshold} would remove every VQ, or every state of a VQ "
             f"(at iteration {int(state.iteration)}); lower it")
     its = int(state.iteration)
-    bounds, vqs, states, pruned = (jnp.asarray(np.concatenate(t)) for t in zip(*parts, strict=True))
+    bounds, vqs, states, pruned = (host.array(np.concatenate(t)) for t in zip(*parts, strict=True))
     temps = np.concatenate(temps)
-    finite = bool(jnp.all(jnp.isfinite(bounds)))
+    finite = bool(np.all(np.isfinite(np.asarray(bounds))))
     values = np.asarray(bounds, np.float64)
     change = np.diff(values)
-    checked = (temps[1:] == temps[:-1]) & ~np.asarray(pruned[1:])
+    checked = (temps[1:] == temps[:-1]) & ~np.asarray(pruned)[1:]
     rounding = 128 * float(jnp.finfo(x.dtype).eps) * np.maximum(np.abs(values[1:]), 1.0)
     monotone = finite and bool(np.all((change >= -rounding) | ~checked))
     converged = (finite and its >= 2 and bool(checked[-1])
@@ -865,19 +866,26 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     if finite and not converged:
         warnings.warn(f"fit_vb_mcvq: not converged after {its} iterations (tol={tol}); raise "
                       "max_iterations", ConvergenceWarning, stacklevel=2)
+    # The surviving VQs depend on the data: the arithmetic runs on every VQ (a fixed
+    # shape; entry by entry the same values) and the survivors are taken on the host
+    # (inference.engine.host), so that a repeated fit compiles nothing new.
     keep = np.flatnonzero(np.asarray(state.vq_active))
     _, shift = em._moments(x, mask)
     shift = shift[:, None, None]
-    active = state.state_active[keep]
-    shape, rate = state.shape[:, keep], state.rate[:, keep]
-    mean = state.mean[:, keep] + shift
+    active = host.take(state.state_active, keep)
+    shape, rate = host.take(state.shape, keep, axis=1), host.take(state.rate, keep, axis=1)
+    mean = host.take(state.mean + shift, keep, axis=1)
+    sigma = host.take(jnp.sqrt(state.rate / state.shape), keep, axis=1)
     return VBMCVQResult(
-        num_vqs=int(keep.size), num_states=tuple(int(n) for n in np.sum(active, axis=1)),
-        vq_index=jnp.asarray(keep), state_active=active, alpha=state.alpha[keep],
-        pi=state.pi[keep], g=state.g[:, keep], m=state.m[:, keep], mean_mean=mean,
-        mean_precision=state.precision[:, keep], precision_shape=shape, precision_rate=rate,
-        mu=mean, sigma=jnp.sqrt(rate / shape), bound=float(state.bound), bound_trace=bounds,
-        temperature_trace=jnp.asarray(temps, x.dtype), num_vqs_trace=vqs,
+        num_vqs=int(keep.size),
+        num_states=tuple(int(n) for n in np.sum(np.asarray(active), axis=1)),
+        vq_index=host.array(keep), state_active=active, alpha=host.take(state.alpha, keep),
+        pi=host.take(state.pi, keep), g=host.take(state.g, keep, axis=1),
+        m=host.take(state.m, keep, axis=1), mean_mean=mean,
+        mean_precision=host.take(state.precision, keep, axis=1), precision_shape=shape,
+        precision_rate=rate, mu=mean, sigma=sigma, bound=float(state.bound),
+        bound_trace=bounds, temperature_trace=host.array(temps, x.dtype),
+        num_vqs_trace=vqs,
         num_states_trace=states, num_iterations=its, converged=converged, monotone=monotone,
         prior=prior, num_moves=num_moves,
         num_causes=int(np.sum(np.sum(np.asarray(active), axis=1) > 1)))

@@ -79,6 +79,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from inference.engine import host
 from inference.engine.sharding import (
     mesh_size,
     pad_examples,
@@ -1004,11 +1005,24 @@ def _block_criteria(x, features, weights, means, covariances, active, covariance
 
 
 def _kmeans_plus_plus(rng_key, x, k):
-    """k-means++ seeding (Arthur and Vassilvitskii 2007), jitted (compiled once per shape)."""
+    """k-means++ seeding (Arthur and Vassilvitskii 2007).
+
+    The first centre is drawn op by op; the loop over the others is one module-level
+    jitted function (:func:`_kmeans_plus_plus_loop`), compiled once per shape. (A
+    ``fori_loop`` called here directly would be staged out with a new body closure on
+    every call, and so compiled again on every fit.)
+    """
     keys = jax.random.split(rng_key, k)
     first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
     centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
     nearest = jnp.sum((x - first) ** 2, axis=1)
+    return _kmeans_plus_plus_loop(keys, x, centres, nearest)
+
+
+@jax.jit
+def _kmeans_plus_plus_loop(keys, x, centres, nearest):
+    """Centres 1 .. k - 1 of :func:`_kmeans_plus_plus`, each drawn with probability
+    proportional to the squared distance to the nearest centre so far."""
 
     def body(i, carry):
         centres, nearest = carry
@@ -1016,7 +1030,7 @@ def _kmeans_plus_plus(rng_key, x, k):
         pick = x[jax.random.choice(keys[i], x.shape[0], p=p)]
         return centres.at[i].set(pick), jnp.minimum(nearest, jnp.sum((x - pick) ** 2, axis=1))
 
-    centres, _ = jax.lax.fori_loop(1, k, body, (centres, nearest))
+    centres, _ = jax.lax.fori_loop(1, centres.shape[0], body, (centres, nearest))
     return centres
 
 
@@ -1115,11 +1129,12 @@ def _is_prefix(keep):
 
 
 def _take(array, keep):
-    """``array[keep]`` for the sorted indices ``keep``, sliced rather than gathered when
-    ``keep`` is a prefix: the common case (nothing pruned) costs no gather dispatch."""
-    if _is_prefix(keep):
-        return array if keep.size == array.shape[0] else array[:keep.size]
-    return array[keep]
+    """``array[keep]`` for the sorted indices ``keep``: ``array`` itself when it keeps every
+    row, else copied on the host (:mod:`inference.engine.host`: the number kept depends on the
+    data, and a slice or gather of a new length outside ``jit`` would compile anew)."""
+    if keep.size == array.shape[0] and _is_prefix(keep):
+        return array
+    return host.take(array, keep)
 
 
 def _check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prune, min_count,
@@ -1312,10 +1327,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     # Labels index the surviving components (the fit's criteria are over those only).
     labels = nearest if mode == "nearest" else labels
     if not _is_prefix(keep):
-        labels = jnp.asarray(np.cumsum(active) - 1, jnp.int32)[labels]
+        labels = host.take(np.asarray(np.cumsum(active) - 1, np.int32), labels)
     traces = (objective_trace, count_trace)
     if it < max_iterations:
-        traces = tuple(trace[:it] for trace in traces)
+        traces = tuple(host.head(trace, it) for trace in traces)
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],

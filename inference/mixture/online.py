@@ -107,6 +107,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inference.engine import host
 from inference.mixture.em import _kmeans_plus_plus, _project, component_log_joint
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
@@ -530,6 +531,19 @@ def _summary(x, state, start_means, min_share, reg_covar, *, by_posterior, covar
             "finite": finite}
 
 
+def _used_weights(weights, used, keep):
+    """The weights of the used units (indices ``keep``, mask ``used``), renormalised.
+
+    Computed on all k units (a fixed shape: nothing is compiled anew when a fit keeps
+    a new number of units; the unused weights are zeroed out of the sum) and the used
+    ones taken on the host. XLA's CPU backend adds up to 32 numbers in order, so the
+    zeros change nothing there; beyond that, the sum may differ from one over the used
+    weights alone by float rounding.
+    """
+    total = jnp.sum(jnp.where(host.array(used), weights, jnp.zeros((), weights.dtype)))
+    return host.take(weights / jnp.maximum(total, 1e-30), keep)
+
+
 def _check_rate(value, name, *, lower_open=True, upper=1.0):
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
         raise TypeError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
@@ -657,15 +671,16 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     keep = np.flatnonzero(used)
     remap = np.full(k, -1, np.int32)
     remap[keep] = np.arange(keep.size, dtype=np.int32)
-    weights = state.weights[keep] / jnp.maximum(jnp.sum(state.weights[keep]), 1e-30)
+    weights = _used_weights(state.weights, used, keep)
     nonfinite = not bool(summary["finite"])
     if nonfinite:
         warnings.warn(f"fit_online: non-finite parameters after {method!r}; lower the learning "
                       "rates or raise reg_covar", NumericalWarning, stacklevel=2)
     return OnlineResult(
-        weights=weights, means=state.means[keep], covariances=state.covariances[keep],
-        num_components=int(keep.size), labels=jnp.asarray(remap)[summary["labels"]],
-        used=jnp.asarray(used), shares=summary["shares"], all_weights=state.weights,
+        weights=weights, means=host.take(state.means, keep),
+        covariances=host.take(state.covariances, keep),
+        num_components=int(keep.size), labels=host.array(remap)[summary["labels"]],
+        used=host.array(used), shares=summary["shares"], all_weights=state.weights,
         all_means=state.means, all_covariances=state.covariances,
         distance_to_data=summary["distance"], displacement=summary["displacement"],
         win_counts=state.counts, error_trace=e_trace, log_likelihood_trace=ll_trace,

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inference.engine import host
 from inference.engine.streaming import Pass, batches, merge_moments
 from inference.mixture import online as mixture_online
 from inference.mixture.em import (
@@ -414,11 +415,15 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         rank = np.asarray(np.cumsum(active) - 1, np.int32)
         labels = jnp.asarray(rank[np.concatenate(labels_parts)])
     return MixtureResult(
-        weights=state.weights[keep], means=state.means[keep],
-        covariances=state.covariances[keep], num_components=int(keep.size), labels=labels,
+        weights=host.take(state.weights, keep), means=host.take(state.means, keep),
+        covariances=host.take(state.covariances, keep), num_components=int(keep.size),
+        labels=labels,
         L_stocha=values["L_stocha"], L_map=values["L_map"], L_NN=values["L_NN"], J=values["J"],
-        objective_trace=jnp.asarray(objective_trace, dtype),
-        num_components_trace=jnp.asarray(count_trace, jnp.int32), num_iterations=iterations,
+        # Converted on the host: a list of a new length through jnp.asarray would compile
+        # a conversion for every number of iterations.
+        objective_trace=host.array(objective_trace, dtype),
+        num_components_trace=host.array(count_trace, np.int32),
+        num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
 
@@ -601,10 +606,11 @@ prior_count, min_share, reg_covar, min_weight
     if nonfinite:
         warnings.warn(f"fit_online_stream: non-finite parameters after {method!r}; lower the "
                       "learning rates or raise reg_covar", NumericalWarning, stacklevel=2)
-    weights = state.weights[keep] / jnp.maximum(jnp.sum(state.weights[keep]), 1e-30)
+    weights = mixture_online._used_weights(state.weights, used, keep)
     return OnlineStreamResult(
-        weights=weights, means=state.means[keep], covariances=state.covariances[keep],
-        num_components=int(keep.size), used=jnp.asarray(used), shares=shares,
+        weights=weights, means=host.take(state.means, keep),
+        covariances=host.take(state.covariances, keep),
+        num_components=int(keep.size), used=host.array(used), shares=shares,
         all_weights=state.weights, all_means=state.means, all_covariances=state.covariances,
         win_counts=counts, active=state.active, state=state,
         log_likelihood_trace=jnp.stack(trace), num_active_trace=jnp.stack(active_trace),

@@ -82,6 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, multigammaln
 
+from inference.engine import host
 from inference.mixture.em import _kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
@@ -591,20 +592,23 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
             f"prune_threshold={prune_threshold} would prune every component (all weights "
             f"fell below it at iteration {int(state.iteration)}); lower it")
     num_iterations = int(state.iteration)
-    bounds, counts, pruned = (bounds[:num_iterations], counts[:num_iterations],
-                              pruned[:num_iterations])
-    finite = bool(jnp.all(jnp.isfinite(bounds)))
-    change = np.diff(np.asarray(bounds, dtype=np.float64))
-    allowance = np.asarray(pruned[1:], np.float64)
+    # The traces' used length and the surviving components depend on the data: they are
+    # cut on the host (inference.engine.host), so that a repeated fit compiles nothing new.
+    bounds, counts, pruned = (host.head(trace, num_iterations)
+                              for trace in (bounds, counts, pruned))
+    bounds_np, pruned_np = np.asarray(bounds), np.asarray(pruned)
+    finite = bool(np.all(np.isfinite(bounds_np)))
+    change = np.diff(np.asarray(bounds_np, dtype=np.float64))
+    allowance = np.asarray(pruned_np[1:], np.float64)
     allowance = allowance / np.maximum(1.0 - allowance, 1e-12) * (allowance < 1)
-    allowance = np.where(np.asarray(pruned[1:]) >= 1, np.inf, allowance)
-    rounding = 64 * float(jnp.finfo(x.dtype).eps) * np.abs(np.asarray(bounds[1:], np.float64))
+    allowance = np.where(pruned_np[1:] >= 1, np.inf, allowance)
+    rounding = 64 * float(jnp.finfo(x.dtype).eps) * np.abs(np.asarray(bounds_np[1:], np.float64))
     monotone = finite and bool(np.all(change >= -(allowance + rounding)))
-    converged = (finite and num_iterations >= 2 and float(pruned[-1]) == 0.0
+    converged = (finite and num_iterations >= 2 and float(pruned_np[-1]) == 0.0
                  and abs(float(change[-1])) <= tol * num_examples)
     if not finite:
         warnings.warn(f"fit_vb_mixture: the bound became non-finite at iteration "
-                      f"{int(np.argmin(np.isfinite(np.asarray(bounds)))) + 1}",
+                      f"{int(np.argmin(np.isfinite(bounds_np))) + 1}",
                       NumericalWarning, stacklevel=2)
     elif not monotone:
         worst = float(np.min(change))
@@ -615,16 +619,21 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                       f"(max_iterations={max_iterations}, tol={tol})", ConvergenceWarning,
                       stacklevel=2)
     keep = np.flatnonzero(np.asarray(state.active))
-    resp = state.responsibilities[:, keep]
-    dof = state.wishart_dof[keep]
-    scale = state.wishart_scale[keep]
-    precisions = dof[:, None, None] * scale
+    resp = host.take(state.responsibilities, keep, axis=1)
+    # Precisions and covariances of every component (a fixed shape; component by
+    # component, the same values as for the survivors alone), then the survivors'.
+    precisions = state.wishart_dof[:, None, None] * state.wishart_scale
+    covariances = _chol_inverse(precisions)
     return VBMixtureResult(
-        weights=state.weights[keep], means=state.mean_mean[keep],
-        mean_covariances=state.mean_covariance[keep], wishart_dof=dof, wishart_scale=scale,
-        precisions=precisions, covariances=_chol_inverse(precisions), responsibilities=resp,
-        labels=jnp.argmax(resp, axis=1).astype(jnp.int32), num_components=int(keep.size),
-        num_start=max_components, component_index=jnp.asarray(keep),
+        weights=host.take(state.weights, keep), means=host.take(state.mean_mean, keep),
+        mean_covariances=host.take(state.mean_covariance, keep),
+        wishart_dof=host.take(state.wishart_dof, keep),
+        wishart_scale=host.take(state.wishart_scale, keep),
+        precisions=host.take(precisions, keep), covariances=host.take(covariances, keep),
+        responsibilities=resp,
+        labels=host.array(np.argmax(np.asarray(resp), axis=1), np.int32),
+        num_components=int(keep.size),
+        num_start=max_components, component_index=host.array(keep),
         bound=float(state.bound), bound_trace=bounds, num_components_trace=counts,
         pruned_count_trace=pruned, num_iterations=num_iterations, converged=converged,
         monotone=monotone, prior=prior, covariance=covariance)
