@@ -12,6 +12,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from inference.engine import host
 from inference.engine.persistence import register_renamed_fields
 
 __all__ = ["GVQTrace", "GVQResult"]
@@ -74,7 +75,7 @@ def _trace_from_padded(fields: dict) -> dict:
     trace = fields.get("trace")
     if trace is not None and not isinstance(trace, GVQTrace):
         count = int(np.asarray(fields["num_iterations"]))
-        fields = dict(fields, trace=GVQTrace(objective=jax.device_put(np.asarray(trace)[:count])))
+        fields = dict(fields, trace=GVQTrace(objective=host.head(trace, count)))
     return fields
 
 

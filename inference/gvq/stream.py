@@ -1,48 +1,29 @@
 """GVQ fitted by passes over batches: the streamed counterpart of
 :func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1), for data too large for memory.
-(The module docstring below also describes the clipped-Gaussian and MCVQ streamed fits,
-which now live in their families' ``stream`` modules.)
+
 The source of rows is anything :class:`inference.engine.streaming.BatchSource` accepts
 (a numpy array or ``np.memmap`` cut into row blocks, a callable returning a fresh
-iterator of arrays, a list of arrays; a one-shot iterator only where one pass
-suffices), checked batch by batch with errors naming the batch index.
+iterator of arrays, a list of arrays), checked batch by batch with errors naming the
+batch index.
 
-Each algorithm keeps what it must; everything per example is recomputed:
+The association of an example depends only on it and the current F, and the
+M-step's least-squares problem only on the sums S^T S and S^T X (the normal
+equations of :func:`inference.gvq.algorithm.normal_equations_m_step`). So GVQ-EM is
+a :class:`inference.engine.StatisticsAlgorithm` (:func:`stream_statistics`,
+:func:`stream_update`) that :func:`inference.engine.passes.run_passes` drives, one
+pass per iteration: every batch is associated with the current F (every restart
+side by side, vmapped) and its sums are added; F then solves the normal equations.
+The error after the M-step, ``mean ||x - s F_new||^2``, comes from the same pass
+without a second look at the data: with the residuals r = x - s F of the pass,
+sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
+Delta = F_new - F (exact algebra; it cancels only to the size of the error itself,
+not of ||x||^2).
 
-* **GVQ** (:func:`fit_gvq_stream`): the association of an example depends only
-  on it and the current F, and the M-step's least-squares problem only on the
-  sums S^T S and S^T X (the normal equations of
-  ``inference.gvq.algorithm.normal_equations_m_step``).
-  One EM iteration is one pass: every batch is associated with the current F
-  (the jitted association code of ``fit_gvq``, vmapped over restarts) and its
-  sums are added; F then solves the normal equations. The error after the
-  M-step, ``mean ||x - s F_new||^2``, comes from the same pass without a second
-  look at the data: with the residuals r = x - s F of the pass,
-  sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
-  Delta = F_new - F (exact algebra; it cancels only to the size of the error
-  itself, not of ||x||^2).
-* **Clipped Gaussian** (:func:`fit_clipped_gaussian_stream`): the fit needs the
-  means and second moments of the patterns only; one pass adds sum_mu s_mu and
-  sum_mu s_mu s_mu^T (integers, exact) and the rest is the in-memory code on
-  those moments (``inference.clipped.fit._fit_moments``).
-* **MCVQ** (:func:`fit_mcvq_stream`): the per-example variational parameters
-  m^c are *not* state that the in-memory fit carries across iterations in any
-  essential way: every iteration of ``inference.mcvq.em._step`` recomputes m of
-  every example in closed form (the E-step) from the new g, mu, sigma, and
-  keeps it only to form the statistics sum_c m^c [o, o x, o x^2] and the KL
-  term sum_c KL(m^c || b). So the streamed fit keeps no per-example state: each
-  pass runs the E-step of every batch under the current parameters and adds the
-  batch's statistics and KL term; g, mu, sigma follow from the sums exactly as
-  in ``_step``. m itself is returned only on request (one more pass).
-
-Every function equals its in-memory counterpart on data that fit (tested in
-float64 in ``tests/test_streaming_fits.py``); the differences (the starts, what
-per-example output is returned, options that cannot stream) are listed in each
-docstring.
-
-Memory: one batch at a time on the device plus the one being read (the
-pipelining of ``inference.engine.streaming.Pass``), the per-batch arrays of the
-association / E-step, and sums whose size does not grow with the data.
+The fit equals ``fit_gvq`` on data that fit (tested in float64 in
+``tests/test_streaming_fits.py``); the differences are listed in
+:func:`fit_gvq_stream`'s docstring. Memory: one batch at a time on the device plus
+the one being read (:class:`inference.engine.streaming.Pass`), the per-batch arrays
+of the association, and sums whose size does not grow with the data.
 """
 
 from __future__ import annotations
@@ -55,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import StatisticsAlgorithm, warn_not_converged
+from inference.engine import StatisticsAlgorithm, host, warn_not_converged
 from inference.engine.passes import run_passes
 from inference.engine.streaming import Pass, batches, column_pass, dtype_of, reusable
 from inference.gvq.algorithm import check_program, restart_features
@@ -286,10 +267,10 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
             states = jnp.asarray(states, jnp.int32)
             if kwargs.get("num_sets") is not None:
                 sets = gvq.set_units(states, kwargs["num_sets"])[0]
-        objective = np.asarray(fitted.trace.objective[best])[:count]
+        objective = host.head(fitted.trace.objective[best], count)
         return GVQResult(
             features=fitted.state.features[best], states=states, error=errors[best],
-            trace=GVQTrace(jax.device_put(objective)), num_iterations=fitted.num_iterations[best],
+            trace=GVQTrace(objective), num_iterations=fitted.num_iterations[best],
             converged=jnp.asarray(converged), restart_errors=errors, sets=sets)
     finally:
         data.check_finite = True
