@@ -173,10 +173,10 @@ def test_associate(programs, method):
 
 # --- custom EM and moment fits ------------------------------------------------------------
 CASES = {
-    "fit_gvq": lambda i: fit_gvq(planted(i)[1], 3, rng_key=key(i), num_iterations=3,
+    "fit_gvq": lambda i: fit_gvq(planted(i)[1], 3, rng_key=key(i), max_iterations=3,
                                  num_restarts=2),
     "fit_gvq_stream": lambda i: fit_gvq_stream(planted(i)[1], 3, rng_key=key(i),
-                                               num_iterations=3, num_restarts=2, batch_size=5),
+                                               max_iterations=3, num_restarts=2, batch_size=5),
     "associate_sets": lambda i: associate_sets(planted(i)[0], planted(i)[1], 1),
     "fit_clipped_gaussian": lambda i: fit_clipped_gaussian(spins(i), 2),
     "fit_clipped_gaussian_stream": lambda i: fit_clipped_gaussian_stream(spins(i), 2,

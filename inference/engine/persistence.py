@@ -409,6 +409,22 @@ def _decode_array(node, archive, path, where: str):
     return data[()] if node["scalar"] else data
 
 
+def _kind_names(kind: str, cls) -> bool:
+    """Whether a file's ``result:<module>.<class>`` kind (moved, :func:`moved_kind`) names
+    ``cls``: its own module, or a module of the trusted packages that re-exports it (a
+    class moved to a submodule of the module that still offers it)."""
+    moved = moved_kind(kind)
+    if moved == _result_kind(cls):
+        return True
+    module_name, _, class_name = moved[len("result:"):].rpartition(".")
+    if module_name.split(".")[0] not in _TRUSTED_PACKAGES:
+        return False
+    try:
+        return getattr(importlib.import_module(module_name), class_name, None) is cls
+    except ImportError:
+        return False
+
+
 def _result_kind(cls) -> str:
     return f"result:{cls.__module__}.{cls.__qualname__}"
 
@@ -435,7 +451,7 @@ def load(path):
     if not metadata["kind"].startswith("result:"):
         raise PersistenceError(f"{path} holds {metadata['kind']!r}, not a fit result; "
                                "checkpoints are read by the fit's resume_from=")
-    if not _is_namedtuple(tree) or _result_kind(type(tree)) != moved_kind(metadata["kind"]):
+    if not _is_namedtuple(tree) or not _kind_names(metadata["kind"], type(tree)):
         raise PersistenceError(f"{path}: its content does not match its kind "
                                f"{metadata['kind']!r}")
     return tree
