@@ -13,7 +13,8 @@ from the engine):
 * ``noise="ml"``: Tipping & Bishop (1999, sec. 3.2 and appendix B). With
   M = W W^T + sigma^2 I_q: E[z_n] = c_n W^T M^-1, E[z_n^T z_n] = sigma^2 M^-1 + E[z_n]^T E[z_n];
   W_new = (sum E[z^T z])^-1 sum E[z]^T c_n and
-  sigma^2_new = (sum ||c_n||^2 - 2 tr(W_new^T sum E[z]^T c_n) + tr(sum E[z^T z] W_new W_new^T)) / (N d).
+  sigma^2_new = (sum ||c_n||^2 - 2 tr(W_new^T sum E[z]^T c_n)
+                 + tr(sum E[z^T z] W_new W_new^T)) / (N d).
   Its fixed point is the closed form W^T W = U_q (Lambda_q - sigma^2 I) U_q^T,
   sigma^2 = mean of the d - q discarded eigenvalues of the sample covariance.
 * ``noise`` a positive float: the same E-step with sigma held fixed, M-step for W only.
