@@ -142,7 +142,8 @@ def compare_ppca(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
 
 def plot_ppca(result: ComparisonResult, path) -> None:
-    """Left: the sample covariance's eigenvalues with each learner's sigma^2; right: angles."""
+    """Left: the sample covariance's eigenvalues with each learner's sigma^2; right: the
+    largest angle of each learner's subspace to the planted one (NUTS: on its subset)."""
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
@@ -156,8 +157,7 @@ def plot_ppca(result: ComparisonResult, path) -> None:
     left.set_ylabel("eigenvalue / sigma^2")
     left.legend(fontsize=6)
     names = list(result.arrays["angles_deg"])
-    right.bar(names, [max(result.arrays["angles_deg"][n], 1e-6) for n in names])
-    right.set_yscale("log")
+    right.bar(names, [result.arrays["angles_deg"][n] for n in names])
     right.set_xlabel("learner")
     right.set_ylabel("largest angle to planted subspace (deg)")
     fig.savefig(path, dpi=100)
