@@ -60,8 +60,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference.engine.loop import StatisticsAlgorithm, run, select, warn_not_converged
+from inference.engine.passes import run_passes
 from inference.engine.sharding import resolve_mesh
-from inference.engine.streaming import is_stream
+from inference.engine.streaming import (
+    BatchSource,
+    batches,
+    column_pass,
+    dtype_of,
+    is_stream,
+    reusable,
+)
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
     check_bool,
@@ -215,13 +223,18 @@ def _check_noise(noise):
 def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int = 200,
              tol: float = 1e-6, num_restarts: int = 1, init_weights=None,
              progress_bar: bool = False, devices=None, mesh=None, checkpoint_path=None,
-             checkpoint_every: int | None = None, resume_from=None) -> PPCAResult:
+             checkpoint_every: int | None = None, resume_from=None,
+             batch_size: int | None = None) -> PPCAResult:
     """Fit probabilistic PCA (or PCA, its sigma -> 0 limit) by EM.
 
     Parameters
     ----------
-    x : array (num_examples, d)
-        The data, finite. A stream of batches is refused (``TypeError``).
+    x : array (num_examples, d), or a stream of batches
+        The data, finite. A stream (a list of arrays, an ``np.memmap``, a callable
+        returning a fresh iterator of batches, a
+        :class:`inference.engine.streaming.BatchSource`) is read once for the mean and
+        once per iteration (:func:`inference.engine.passes.run_passes`); it takes no
+        ``devices``, ``mesh`` or checkpoint options.
     num_components : int
         q: at most d (at most d - 1 for ``noise="ml"``, which needs a discarded
         direction to estimate sigma) and at most num_examples - 1 (the rank of the
@@ -249,6 +262,8 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
     checkpoint_path, checkpoint_every, resume_from
         Checkpoint the loop every ``checkpoint_every`` iterations / resume
         (:mod:`inference.engine.checkpoint`).
+    batch_size : int, optional
+        Rows per batch of a stream (default: the batches as they come).
 
     Returns
     -------
@@ -261,13 +276,25 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
     NumericalWarning
         When W or sigma is not finite.
     """
-    if is_stream(x):
-        raise TypeError("x must be an in-memory array (num_examples, d): fit_ppca does not take "
-                        f"a stream of batches; got {type(x).__name__}")
     check_rng_key(rng_key)
     mode, sigma = _check_noise(noise)
-    x = check_data(x, "x", min_examples=2)
-    num_examples, dim = x.shape
+    stream = is_stream(x)
+    if stream:
+        if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
+            raise ValueError("x: a stream of batches takes no devices, mesh or checkpoint "
+                             "options (pass an in-memory array for those)")
+        if batch_size is not None:
+            batch_size = check_positive_int(batch_size, "batch_size")
+        source = x if isinstance(x, BatchSource) else BatchSource(x, batch_size, name="x")
+        data = reusable(batches(source, batch_size), "fit_ppca", "one per EM iteration")
+        num_examples, stream_mean, stream_var, _, first = column_pass(data)
+        dim = int(np.shape(first)[1])
+    else:
+        if batch_size is not None:
+            raise ValueError(f"batch_size applies to a stream of batches; x is one array "
+                             f"(got batch_size={batch_size!r})")
+        x = check_data(x, "x", min_examples=2)
+        num_examples, dim = x.shape
     limit = dim - 1 if mode == "ml" else dim
     why = (" (d - 1: sigma is estimated from the discarded directions)" if mode == "ml"
            else " (the dimension d of x)")
@@ -279,7 +306,7 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
     tol = check_nonnegative(tol, "tol")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     check_bool(progress_bar, "progress_bar")
-    dtype = x.dtype
+    dtype = dtype_of(first) if stream else x.dtype
     if init_weights is not None:
         init_weights = check_data(init_weights, "init_weights", dim=dim)
         if init_weights.shape[0] != num_components:
@@ -298,8 +325,12 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
                                              init_weights=() if init_weights is None
                                              else (init_weights,))
         checkpoint = _Checkpointing(saved, path, every, resume)
-    mean = jnp.mean(x, axis=0)
-    scale = jnp.sqrt(jnp.mean(jnp.var(x, axis=0)))
+    if stream:
+        mean = jnp.asarray(stream_mean, dtype)
+        scale = jnp.asarray(np.sqrt(np.mean(stream_var)), dtype)
+    else:
+        mean = jnp.mean(x, axis=0)
+        scale = jnp.sqrt(jnp.mean(jnp.var(x, axis=0)))
     keys = jax.random.split(rng_key, num_restarts)
     if init_weights is None:
         weights = jax.vmap(lambda k: jax.random.normal(k, (num_components, dim), dtype))(keys)
@@ -310,8 +341,14 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
     noise_var = jnp.square(scale) if start_var is None else jnp.asarray(start_var, dtype)
     states = PPCAState(weights, jnp.broadcast_to(noise_var.astype(dtype), (num_restarts,)))
     params = (mean, jnp.asarray((sigma or 0.0) ** 2, dtype))
-    out = run(_ALGORITHMS[mode], states, (x,), params, keys=keys, max_iterations=max_iterations,
-              tol=tol, progress_bar=progress_bar, mesh=mesh, checkpoint=checkpoint)
+    if stream:
+        out = run_passes(_ALGORITHMS[mode], states, data, params, keys=keys,
+                         max_iterations=max_iterations, tol=tol, dtype=dtype,
+                         progress_bar=progress_bar)
+    else:
+        out = run(_ALGORITHMS[mode], states, (x,), params, keys=keys,
+                  max_iterations=max_iterations, tol=tol, progress_bar=progress_bar, mesh=mesh,
+                  checkpoint=checkpoint)
     final = np.asarray(out.trace.objective)[np.arange(num_restarts),
                                             np.maximum(np.asarray(out.num_iterations) - 1, 0)]
     best = int(np.argmin(np.where(np.isfinite(final), final, np.inf)))

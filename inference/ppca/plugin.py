@@ -79,7 +79,8 @@ def _bad_inputs():
              r"^num_restarts must be at least 1"),
             ("init_weights", dict(init_weights=np.ones((3, 3))), ValueError,
              r"^init_weights must have shape \(q, d\) = \(2, 3\)"),
-            ("x", dict(x=[x, x]), TypeError, r"^x must be an in-memory array"),
+            ("x", dict(x=[x, nan_x]), ValueError, r"^x batch 1 .*NaN or infinite"),
+            ("batch_size", dict(batch_size=2), ValueError, r"^batch_size applies to a stream"),
         ])
         + rows("fit_ppca_svi", svi, [
             nan, missing,
