@@ -158,6 +158,19 @@ def test_checkpoint_resume_and_one_device_mesh_give_the_same_fit(data, tmp_path)
     assert angle(limit_sharded.weights, limit.weights) < 1e-4
 
 
+def test_a_stream_of_batches_gives_the_in_memory_fit(data):
+    """One pass for the mean, then one pass per EM iteration (the engine's run_passes):
+    the same fit up to the order of float additions."""
+    x = np.asarray(data.x)
+    batches = [x[:150], x[150:300], x[300:]]
+    limit = fit_ppca(x, NUM_COMPONENTS, rng_key=jax.random.key(16))
+    streamed = fit_ppca(batches, NUM_COMPONENTS, rng_key=jax.random.key(16))
+    assert streamed.converged and angle(streamed.weights, limit.weights) < 1e-4
+    np.testing.assert_allclose(streamed.mean, limit.mean, atol=1e-5)
+    np.testing.assert_allclose(float(streamed.trace.objective[-1]),
+                               float(limit.trace.objective[-1]), rtol=1e-5)
+
+
 def test_a_second_fit_of_the_same_shapes_compiles_nothing():
     compiles = []
 
