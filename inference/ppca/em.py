@@ -191,19 +191,6 @@ def ppca_algorithm(mode: str) -> StatisticsAlgorithm:
 _ALGORITHMS = {mode: ppca_algorithm(mode) for mode in ("limit", "ml", "fixed")}
 
 
-class _Checkpointing(NamedTuple):
-    """What :func:`inference.engine.loop.run` needs for ``checkpoint=``."""
-
-    options: dict
-    checkpoint_path: object
-    checkpoint_every: int | None
-    resume_from: object
-
-    def chunk_arguments(self, name):
-        return dict(kind=name, options=self.options, checkpoint_path=self.checkpoint_path,
-                    checkpoint_every=self.checkpoint_every, resume_from=self.resume_from)
-
-
 def _check_noise(noise):
     """("limit" | "ml" | "fixed", sigma or None)."""
     if noise is None:
@@ -314,17 +301,15 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
                              f"got {init_weights.shape}")
     mesh = resolve_mesh(devices, mesh)
     checkpoint = None
-    if (checkpoint_path, checkpoint_every, resume_from) != (None, None, None):
-        from inference.engine.checkpoint import jsonable, prepare
+    if not stream:
+        from inference.engine.checkpoint import checkpointing, jsonable
 
         options = dict(num_components=num_components, noise=noise, tol=tol,
                        max_iterations=max_iterations, num_restarts=num_restarts,
                        rng_key=jsonable(rng_key))
-        path, every, resume, saved = prepare(checkpoint_path, checkpoint_every, resume_from,
-                                             options, data=(x,),
-                                             init_weights=() if init_weights is None
-                                             else (init_weights,))
-        checkpoint = _Checkpointing(saved, path, every, resume)
+        checkpoint = checkpointing(checkpoint_path, checkpoint_every, resume_from, options,
+                                   data=(x,), init_weights=() if init_weights is None
+                                   else (init_weights,))
     if stream:
         mean = jnp.asarray(stream_mean, dtype)
         scale = jnp.asarray(np.sqrt(np.mean(stream_var)), dtype)
