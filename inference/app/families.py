@@ -26,5 +26,18 @@ def load_families() -> dict[str, Family]:
     names = list(dict.fromkeys(info.family for info in REGISTRY.values() if info.family))
     for name in names:
         if name not in FAMILIES:
-            importlib.import_module(f"inference.{name}.plugin")
+            try:
+                importlib.import_module(f"inference.{name}.plugin")
+            except ModuleNotFoundError as error:
+                if error.name not in (f"inference.{name}", f"inference.{name}.plugin"):
+                    raise
+                models = sorted(m for m, info in REGISTRY.items() if info.family == name)
+                raise ImportError(
+                    f"model(s) {models} name the inference family {name!r}, but there is no "
+                    f"plug-in inference/{name}/plugin.py (it registers the family with "
+                    "ppl_models.registry.register_family)") from error
+            if name not in FAMILIES:
+                raise ImportError(f"inference/{name}/plugin.py did not register a family "
+                                  f"named {name!r} (register_family(Family(name={name!r}, "
+                                  "...)))")
     return {name: FAMILIES[name] for name in names}
