@@ -26,9 +26,9 @@ from inference import associate, fit_clipped_gaussian, fit_gvq, fit_mcvq, fit_mi
 from inference.association import core as association_module
 from inference.clipped import fit as clipped_module
 from inference.clipped.fit import empirical_moments
+from inference.engine import loop as engine_loop
 from inference.engine.sharding import pad_examples, resolve_mesh
 from inference.gvq import em as gvq_module
-from inference.mcvq import em as mcvq_module
 from inference.mixture import em as mixture_module
 from inference.mixture import sharded as mixture_sharded_module
 from ppl_models.diagnostics import ConvergenceWarning
@@ -220,7 +220,7 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
     x = data["mixture_x"]
     monkeypatch.setattr(mixture_sharded_module, "_run_sharded", forbidden)
     monkeypatch.setattr(gvq_module, "_run_sharded", forbidden)
-    monkeypatch.setattr(mcvq_module, "_run_restarts_sharded", forbidden)
+    monkeypatch.setattr(engine_loop, "_run_sharded", forbidden)
     monkeypatch.setattr(association_module, "_associate_sharded", forbidden)
     monkeypatch.setattr(clipped_module, "sum_over_shards", forbidden)
     calls = []

@@ -44,14 +44,42 @@ from collections.abc import Callable, Mapping
 import jax
 import numpy as np
 
-__all__ = ["check_checkpoint_options", "data_digest", "prepare", "flatten_carry", "jsonable",
-           "load_checkpoint", "run_chunks", "save_checkpoint", "unflatten_carry"]
+__all__ = ["Checkpointing", "check_checkpoint_options", "data_digest", "prepare",
+           "flatten_carry", "jsonable", "load_checkpoint", "run_chunks", "save_checkpoint",
+           "unflatten_carry"]
 
 logger = logging.getLogger(__name__)
 
 #: Arrays in the options with at most this many entries are stored as lists (so that
 #: an error message can show both values); bigger ones by their SHA-256.
 _MAX_LISTED = 16
+
+
+class Checkpointing:
+    """The checkpoint options of one fit for :func:`inference.engine.loop.run`.
+
+    Built by :meth:`from_options` (the fit's three options, checked by :func:`prepare`);
+    :meth:`chunk_arguments` gives :func:`run_chunks` its keywords, ``kind`` being the
+    fit's name.
+    """
+
+    def __init__(self, path, every, resume, options: dict):
+        self.path, self.every, self.resume, self.options = path, every, resume, options
+
+    @classmethod
+    def from_options(cls, checkpoint_path, checkpoint_every, resume_from, options: dict, *,
+                     data, **digests):
+        """:func:`prepare`'s checks and saved options; None when no checkpoint is asked for."""
+        path, every, resume, saved = prepare(checkpoint_path, checkpoint_every, resume_from,
+                                             options, data=data, **digests)
+        if path is None and resume is None:
+            return None
+        return cls(path, every, resume, saved)
+
+    def chunk_arguments(self, kind: str) -> dict:
+        """Keywords of :func:`run_chunks` for the fit named ``kind``."""
+        return dict(kind=kind, options=self.options, checkpoint_path=self.path,
+                    checkpoint_every=self.every, resume_from=self.resume)
 
 
 def check_checkpoint_options(checkpoint_path, checkpoint_every, resume_from):

@@ -74,18 +74,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
-from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 
-from inference.engine.sharding import (
-    map_shards,
-    mesh_axis,
-    mesh_size,
-    pad_examples,
-    psum,
-    resolve_mesh,
-    shard_examples,
-)
+from inference.engine import checkpoint
+from inference.engine.loop import Algorithm, run, select
+from inference.engine.sharding import psum, resolve_mesh
 from inference.program.handlers import map_gaussian
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -434,167 +427,80 @@ def _step(state, x, mask, a, b, temperature, floor, axis_name=None):
     return MCVQState(g, m, mu, sigma, stats), MCVQInfo(energy, jnp.asarray(temperature, x.dtype))
 
 
-def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, num_vqs,
-         num_states, axis_name=None, num_examples=None):
-    """The driver; ``temperatures`` is padded (see :func:`_bucket`), ``num_iterations`` traced.
+class MCVQLoopState(NamedTuple):
+    """One start's state in the engine's loop (:mod:`inference.engine.loop`): the EM state
+    (:class:`MCVQState`'s fields), the iteration (it picks the temperature) and the
+    previous F_T (the convergence test)."""
 
-    Returns ``(state, iterations, converged, energies, final)``, ``final`` being F_T
-    of the last state at the schedule's last temperature (so that starts which
-    stopped at different iterations compare). ``axis_name``, ``num_examples``: the
-    sharded run (:func:`_init`, :func:`_step`).
+    g: jax.Array
+    m: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+    stats: jax.Array
+    iteration: jax.Array
+    previous: jax.Array
+
+
+class MCVQLoopInfo(NamedTuple):
+    """One iteration as the engine records it: F_T (``objective``), the temperature, and
+    whether F_T changed by at most ``tol`` at an unchanged temperature."""
+
+    objective: jax.Array
+    temperature: jax.Array
+    converged: jax.Array
+
+
+def engine_step(rng_key, state: MCVQLoopState, data, params, *, shard=None):
+    """:func:`step` at the schedule's temperature of ``state.iteration``, for the engine.
+
+    ``data`` is ``(x, mask)``; ``params`` is ``(a, b, temperatures, floor, tol)``. The
+    start has converged when the relative change of F_T (to max(|F_T|, 1)) is at most
+    ``tol`` and the temperature equals the previous iteration's. With a ``shard`` every
+    sum over examples is added over the devices (:func:`step`).
     """
-    carry = _start(rng_key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
-                   num_states=num_states, axis_name=axis_name, num_examples=num_examples)
-    carry = _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol,
-                     num_iterations, axis_name)
-    return _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name)
+    del rng_key  # deterministic
+    x, mask = data
+    a, b, temperatures, floor, tol = params
+    axis = None if shard is None else shard.axis_name
+    it = state.iteration
+    temperature = temperatures[it]
+    new, info = _step(MCVQState(*state[:5]), x, mask, a, b, temperature, floor, axis)
+    same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
+    change = (jnp.abs(state.previous - info.free_energy)
+              / jnp.maximum(jnp.abs(info.free_energy), 1.0))
+    return (MCVQLoopState(*new, it + 1, info.free_energy),
+            MCVQLoopInfo(info.free_energy, info.temperature, same & (change <= tol)))
 
 
-def _start(rng_key, x, mask, a, b, temperatures, floor, *, num_vqs, num_states, axis_name=None,
-           num_examples=None):
-    """The loop carry before the first iteration: (state, it, previous F_T, done, energies)."""
-    state = _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name, num_examples)
-    energy0 = jnp.full(temperatures.shape[0], jnp.nan, x.dtype)
-    return (state, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
-            energy0)
-
-
-def _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
-             axis_name=None):
-    """The EM loop from ``carry`` until done or at iteration min(``num_iterations``, ``stop_at``).
-
-    ``stop_at`` (traced) splits the fit into chunks for checkpoints
-    (:mod:`inference.engine.checkpoint`); an iteration depends only on the carry and its
-    index, so the chunks give the one-chunk result bit for bit.
-    """
-    def body(carry):
-        state, it, prev, _, energies = carry
-        temperature = temperatures[it]
-        state, info = _step(state, x, mask, a, b, temperature, floor, axis_name)
-        same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
-        change = jnp.abs(prev - info.free_energy) / jnp.maximum(jnp.abs(info.free_energy), 1.0)
-        done = same & (change <= tol)
-        return state, it + 1, info.free_energy, done, energies.at[it].set(info.free_energy)
-
-    bound = jnp.minimum(num_iterations, stop_at)
-
-    def running(carry):
-        return (~carry[3]) & (carry[1] < bound)
-
-    return jax.lax.while_loop(running, body, carry)
-
-
-def _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name=None):
-    """``(state, iterations, converged, energies, final)`` from the last carry (:func:`_run`)."""
-    state, it, _, done, energies = carry
-    last = temperatures[num_iterations - 1]
-    moments, shift = _moments(x, mask, axis_name)
-    final = _fast_free_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
-                              state.m, a, b, last, axis_name)
-    return state, it, done, energies, final
+#: The annealed variational EM as an engine algorithm (m holds one row per example).
+ALGORITHM = Algorithm(engine_step, name="fit_mcvq", rows=("m",))
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size"))
-def _start_restarts(rng_keys, x, mask, a, b, temperatures, floor, *, num_vqs, num_states,
-                    batch_size):
-    """:func:`_start` mapped over the keys of several starts (stacked carries)."""
-    def start(key):
-        return _start(key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
-                      num_states=num_states)
+def _init_starts(keys, x, mask, a, b, floor, *, num_vqs, num_states, batch_size):
+    """:func:`init` of every start, ``batch_size`` at a time, as engine states."""
+    def one(key):
+        state = _init(key, x, mask, num_vqs, num_states, a, b, floor)
+        return MCVQLoopState(*state, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, x.dtype))
 
-    return jax.lax.map(start, rng_keys, batch_size=batch_size)
-
-
-@functools.partial(jax.jit, static_argnames=("batch_size",))
-def _advance_restarts(carries, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
-                      *, batch_size):
-    """:func:`_advance` mapped over the stacked carries of several starts.
-
-    ``lax.map`` runs ``batch_size`` starts at a time, vmapped: a vmapped loop runs
-    until its slowest start is done, so on a CPU one at a time (``batch_size=1``)
-    wastes nothing; larger batches suit accelerators.
-    """
-    def advance(carry):
-        return _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at)
-
-    return jax.lax.map(advance, carries, batch_size=batch_size)
+    return jax.lax.map(one, keys, batch_size=batch_size)
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size",))
-def _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations, *, batch_size):
-    """:func:`_finish` of every start; returns the stacked outputs of :func:`_run`."""
-    def finish(carry):
-        return _finish(carry, x, mask, a, b, temperatures, num_iterations)
+def _final_energies(states, x, mask, a, b, temperature, *, batch_size):
+    """F_T of every start's last state at the schedule's last ``temperature`` (so that
+    starts which stopped at different iterations compare)."""
+    moments, shift = _moments(x, mask)
 
-    return jax.lax.map(finish, carries, batch_size=batch_size)
+    def one(state):
+        return _fast_free_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
+                                 state.m, a, b, temperature)
 
-
-def _run_checkpointed(args, options, *, checkpoint_path, checkpoint_every, resume_from, rng_key,
-                      num_restarts, variance_floor, tol_option):
-    """The single-device fit of every start through :func:`inference.engine.checkpoint.run_chunks`.
-
-    ``args``: (keys, x, mask, a, b, temperatures, num_iterations, floor, tol);
-    ``options``: num_vqs, num_states, batch_size. Returns the stacked outputs of
-    :func:`_run`. Without checkpoint options the loop runs as one chunk
-    (``stop_at = num_iterations``); the saved options are what determines the result
-    (``rng_key`` and the SHA-256 of x and mask included).
-    """
-    from inference.engine import checkpoint
-
-    keys, x, mask, a, b, temperatures, num_iterations, floor, tol = args
-    batch_size = options["batch_size"]
-    path, every, resume, saved_options = checkpoint.prepare(
-        checkpoint_path, checkpoint_every, resume_from,
-        dict(num_vqs=options["num_vqs"], num_states=options["num_states"],
-             num_restarts=num_restarts, restart_batch_size=batch_size,
-             num_iterations=num_iterations, variance_floor=variance_floor, tol=tol_option,
-             rng_key=checkpoint.jsonable(rng_key)),
-        data=(x, mask), temperature_schedule=temperatures[:num_iterations], a=a, b=b)
-    data = (x, mask, a, b, temperatures, num_iterations, floor, tol)
-    carries = checkpoint.run_chunks(
-        lambda carries, stop_at: _advance_restarts(carries, *data, stop_at,
-                                                   batch_size=batch_size),
-        lambda: _start_restarts(keys, x, mask, a, b, temperatures, floor, **options),
-        total=num_iterations, finished=lambda carries: bool(np.all(np.asarray(carries[3]))),
-        kind="fit_mcvq", options=saved_options, checkpoint_path=path, checkpoint_every=every,
-        resume_from=resume)
-    return _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations,
-                            batch_size=batch_size)
-
-
-@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size", "mesh",
-                                             "num_examples"))
-def _run_restarts_sharded(rng_keys, x, mask, a, b, temperatures, num_iterations, floor, tol, *,
-                          num_vqs, num_states, batch_size, mesh, num_examples):
-    """:func:`_run_restarts` with the examples split over ``mesh``.
-
-    x and ``mask`` are padded to a multiple of the mesh size with unobserved rows
-    (which add nothing to any sum; their m is the prior b, a zero KL term) and split
-    by rows. Each device runs the E-step on its rows; the statistics, the shift and
-    the KL of m are summed over the devices (``psum``), so g, mu and sigma are the
-    same on every device. m comes back split by rows, (restarts, padded N, K, J).
-    """
-    axis = mesh_axis(mesh)
-
-    def per_shard(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol):
-        def run(key):
-            return _run(key, x, mask, a, b, temperatures, num_iterations, floor, tol,
-                        num_vqs=num_vqs, num_states=num_states, axis_name=axis,
-                        num_examples=num_examples)
-
-        return jax.lax.map(run, rng_keys, batch_size=batch_size)
-
-    states = MCVQState(P(), P(None, axis), P(), P(), P())
-    run = map_shards(per_shard, mesh, 2, (states, P(), P(), P(), P()))
-    return run(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol)
+    return jax.lax.map(one, states, batch_size=batch_size)
 
 
 def _bucket(num_iterations: int) -> int:
-    """Compiled length of the schedule: 128, or the next power of two above it.
-
-    The driver runs ``num_iterations`` of them (a traced bound), so fits with
-    different numbers of iterations share one compilation.
-    """
+    """Compiled length of a schedule: 128, or the next power of two above it."""
     return max(128, 1 << (num_iterations - 1).bit_length())
 
 
@@ -828,8 +734,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     check_positive(tol, "tol") if tol else None
     temperatures, num_iterations = schedule(temperature_schedule, num_iterations,
                                             initial_temperature, num)
-    padded = np.ones(_bucket(num_iterations))
-    padded[:num_iterations] = temperatures
+    temperatures = jnp.asarray(temperatures, x.dtype)
     a, b = _priors(a, b, dim, num_vqs, num_states, x.dtype)
     obs = np.asarray(mask)
     xs = np.asarray(x, dtype=float)
@@ -837,42 +742,42 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     col_mean = (obs * xs).sum(axis=0) / count
     spread = float(np.mean((obs * (xs - col_mean) ** 2).sum(axis=0) / count))
     floor = variance_floor * (spread if spread > 0 else 1.0)
-    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
-    args = (keys, x, mask, a, b, jnp.asarray(padded, x.dtype), num_iterations,
-            jnp.asarray(floor, x.dtype), jnp.asarray(tol, x.dtype))
-    options = dict(num_vqs=num_vqs, num_states=num_states, batch_size=restart_batch_size)
-    if mesh is None:
-        states, its, dones, all_energies, finals = _run_checkpointed(
-            args, options, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-            resume_from=resume_from, rng_key=rng_key, num_restarts=num_restarts,
-            variance_floor=variance_floor, tol_option=tol)
-    elif (checkpoint_path, checkpoint_every, resume_from) != (None, None, None):
+    if mesh is not None and (checkpoint_path, checkpoint_every, resume_from) != (None,) * 3:
         raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
                          f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
-    else:
-        size = mesh_size(mesh)
-        rows = shard_examples(mesh, pad_examples(x, size)[0], pad_examples(mask, size)[0])
-        states, its, dones, all_energies, finals = _run_restarts_sharded(
-            keys, *rows, *args[3:], mesh=mesh, num_examples=num, **options)
-        states = states._replace(m=states.m[:, :num])
+    saving = checkpoint.Checkpointing.from_options(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(num_vqs=num_vqs, num_states=num_states, num_restarts=num_restarts,
+             restart_batch_size=restart_batch_size, num_iterations=num_iterations,
+             variance_floor=variance_floor, tol=tol, rng_key=checkpoint.jsonable(rng_key)),
+        data=(x, mask), temperature_schedule=temperatures, a=a, b=b)
+    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
+    floor_x = jnp.asarray(floor, x.dtype)
+    starts = _init_starts(keys, x, mask, a, b, floor_x, num_vqs=num_vqs, num_states=num_states,
+                          batch_size=restart_batch_size)
+    runs = run(ALGORITHM, starts, (x, mask), (a, b, temperatures, floor_x,
+                                              jnp.asarray(tol, x.dtype)),
+               keys=keys, max_iterations=num_iterations, tol=tol,
+               restart_batch=None if mesh is not None else restart_batch_size, mesh=mesh,
+               checkpoint=saving)
+    finals = _final_energies(runs.state, x, mask, a, b, temperatures[-1],
+                             batch_size=restart_batch_size)
     # NaN finals (a start that broke down) never win; if all are NaN the first is kept.
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
-    state = jax.tree_util.tree_map(lambda leaf: leaf[best], states)
-    it, done = int(its[best]), dones[best]
-    energies = all_energies[best, :it]
+    state, trace, it, done = select(runs, best)
+    energies = trace.objective
     if not bool(jnp.all(jnp.isfinite(energies))):
         warnings.warn("fit_mcvq: the free energy became non-finite; check the data scale and "
                       "variance_floor", NumericalWarning, stacklevel=2)
-    if not bool(done):
+    if not done:
         warnings.warn(f"fit_mcvq: not converged after {it} iterations (tol={tol}); raise "
                       "num_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     return MCVQResult(g=state.g, m=state.m, mu=state.mu, sigma=state.sigma, a=a, b=b,
-                      free_energy_trace=energies,
-                      temperature_trace=jnp.asarray(padded[:it], x.dtype),
-                      num_iterations=it, converged=bool(done), variance_floor=floor,
+                      free_energy_trace=energies, temperature_trace=trace.temperature,
+                      num_iterations=it, converged=done, variance_floor=floor,
                       restart_free_energies=finals, best_restart=best,
-                      restart_converged=dones)
+                      restart_converged=runs.converged)
 
 
 @jax.jit

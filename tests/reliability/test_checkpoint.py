@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from inference.engine import checkpoint, persistence
+from inference.engine import loop as engine_loop
 from inference.gvq import em as gvq
 from inference.mcvq import em as mcvq
 from inference.mixture import em as mixture
@@ -95,7 +96,7 @@ def test_mcvq_chunks_are_bit_identical(mcvq_data, mcvq_reference, tmp_path):
 
 def test_mcvq_interrupted_then_resumed(mcvq_data, mcvq_reference, tmp_path, monkeypatch):
     path = tmp_path / "mcvq.npz"
-    calls = interrupt_after(monkeypatch, mcvq, "_advance_restarts", 2)
+    calls = interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         mcvq.fit_mcvq(mcvq_data, 3, 4, rng_key=jax.random.key(10), checkpoint_path=path,
                       checkpoint_every=5, **MCVQ_OPTIONS)
@@ -117,7 +118,7 @@ def test_mcvq_finished_checkpoint_returns_at_once(mcvq_data, mcvq_reference, tmp
     path = tmp_path / "done.npz"
     mcvq.fit_mcvq(mcvq_data, 3, 4, rng_key=jax.random.key(10), checkpoint_path=path,
                   checkpoint_every=100, **MCVQ_OPTIONS)
-    interrupt_after(monkeypatch, mcvq, "_advance_restarts", 0)  # any chunk would raise
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 0)  # any chunk would raise
     assert_identical(mcvq_reference, mcvq.fit_mcvq(
         mcvq_data, 3, 4, rng_key=jax.random.key(10), resume_from=path, **MCVQ_OPTIONS))
 
@@ -145,17 +146,18 @@ def test_write_interrupted_keeps_the_previous_checkpoint(mcvq_data, tmp_path, mo
 KILLED_SCRIPT = textwrap.dedent("""
     import sys, time
     import jax, numpy as np
+    from inference.engine import loop as engine_loop
     from inference.mcvq import em as mcvq
     from ppl_models import mcvq as mcvq_model
 
-    original = mcvq._advance_restarts
+    original = engine_loop._advance_jit
 
     def slow(*args, **kwargs):  # chunks slow enough to be killed between
         out = jax.block_until_ready(original(*args, **kwargs))
         time.sleep(0.4)
         return out
 
-    mcvq._advance_restarts = slow
+    engine_loop._advance_jit = slow
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
                                        num_states=3).x)
     mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), num_iterations=60, num_restarts=2,
@@ -199,7 +201,7 @@ def test_mcvq_on_shapes_interrupted_then_resumed(tmp_path, monkeypatch):
     reference = mcvq.fit_mcvq(x, 3, 5, **options)
     assert reference.num_iterations > 20  # the interruption below is mid-fit
     path = tmp_path / "shapes.npz"
-    interrupt_after(monkeypatch, mcvq, "_advance_restarts", 2)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         mcvq.fit_mcvq(x, 3, 5, checkpoint_path=path, checkpoint_every=10, **options)
     monkeypatch.undo()
