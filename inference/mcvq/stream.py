@@ -50,12 +50,15 @@ from __future__ import annotations
 import functools
 import itertools
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
+from inference.engine.loop import StatisticsAlgorithm, select
+from inference.engine.passes import run_passes
 from inference.engine.streaming import (
     BatchSource,
     Pass,
@@ -211,27 +214,117 @@ def _mcvq_states(packed, shift, natural, g, b):
     return _fast_e_step(_unpack(packed, shift), natural, g, b)
 
 
-@jax.jit
 def _mcvq_update(stats, mu, sigma, shift, a, temperature, floor):
-    """g-step and M-step from the statistics (``inference.mcvq.em._step``), per restart."""
+    """g-step and M-step from the statistics (``inference.mcvq.em.step``) of one start."""
     from inference.mcvq.em import _fast_g_step, _fast_m_step, _natural
 
-    def one(stats, mu, sigma):
-        g = _fast_g_step(stats, _natural(mu, sigma, shift), a, temperature)
-        mu, sigma = _fast_m_step(stats, mu, sigma, shift, floor)
-        return g, mu, sigma, _natural(mu, sigma, shift)
+    g = _fast_g_step(stats, _natural(mu, sigma, shift), a, temperature)
+    mu, sigma = _fast_m_step(stats, mu, sigma, shift, floor)
+    return g, mu, sigma
 
-    return jax.vmap(one)(stats, mu, sigma)
+
+def _mcvq_energy(stats, natural, g, kl_m, a, temperature):
+    """F_T from the statistics and the summed KL of m (``inference.mcvq.em._fast_free_energy``)."""
+    expected = jnp.sum(stats * natural, axis=(0, 3))
+    return kl_m + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)) + jnp.sum(g * expected)
+
+
+class StreamState(NamedTuple):
+    """One start of the streamed fit: the parameters of the last iteration with the
+    statistics and KL of their E-step (g, mu, sigma, stats, kl), the parameters the next
+    pass's E-step uses (the g-step and M-step from those statistics at the next
+    temperature), the iteration and the last F_T."""
+
+    g: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+    stats: jax.Array
+    kl: jax.Array
+    next_g: jax.Array
+    next_mu: jax.Array
+    next_sigma: jax.Array
+    iteration: jax.Array
+    previous: jax.Array
+
+
+class StreamInfo(NamedTuple):
+    """One pass: F_T (``objective``), its temperature, the rows read and convergence."""
+
+    objective: jax.Array
+    temperature: jax.Array
+    rows: jax.Array
+    converged: jax.Array
+
+
+def stream_statistics(rng_key, state: StreamState, data, params, valid):
+    """The E-step of one padded batch under the state's next parameters: its statistics
+    sum_c m^c [o, o xc, o xc^2], KL(m^c || b) and row count over the ``valid`` rows."""
+    from inference.mcvq.em import _fast_e_step, _natural, _statistics
+
+    del rng_key
+    (packed,) = data
+    shift, a, b = params[:3]
+    moments = _unpack(packed, shift)
+    m = _fast_e_step(moments, _natural(state.next_mu, state.next_sigma, shift), state.next_g, b)
+    kl = jnp.sum(jnp.where(valid[:, None, None], xlogy(m, m) - xlogy(m, b), 0.0))
+    return _statistics(moments, m), kl, jnp.sum(valid.astype(jnp.int32))
+
+
+def stream_update(state: StreamState, stats, params):
+    """F_T of the pass (``inference.mcvq.em.engine_step``'s convergence test), and the
+    parameters of the next pass from its statistics."""
+    from inference.mcvq.em import _natural
+
+    shift, a, b, temperatures, floor, tol = params
+    stats, kl, rows = stats
+    it = state.iteration
+    temperature = temperatures[it]
+    natural = _natural(state.next_mu, state.next_sigma, shift)
+    energy = _mcvq_energy(stats, natural, state.next_g, kl, a, temperature)
+    same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
+    change = jnp.abs(state.previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
+    following = temperatures[jnp.minimum(it + 1, temperatures.shape[0] - 1)]
+    nxt = _mcvq_update(stats, state.next_mu, state.next_sigma, shift, a, following, floor)
+    return (StreamState(state.next_g, state.next_mu, state.next_sigma, stats, kl, *nxt, it + 1,
+                        energy),
+            StreamInfo(energy, temperature, rows, same & (change <= tol)))
+
+
+#: The streamed variational EM as an engine statistics + update algorithm.
+STREAM_ALGORITHM = StatisticsAlgorithm(stream_statistics, stream_update,
+                                       name="fit_mcvq_stream")
 
 
 @jax.jit
-def _mcvq_energy(stats, natural, g, kl_m, a, temperature):
-    """F_T from the statistics and the summed KL of m (``inference.mcvq.em._fast_free_energy``)."""
-    def one(stats, natural, g, kl_m):
-        expected = jnp.sum(stats * natural, axis=(0, 3))
-        return kl_m + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)) + jnp.sum(g * expected)
+def _stream_starts(g, mu, sigma, stats, kl, shift, a, temperature, floor):
+    """The streamed fit's start states (stacked): the start, its E-step's sums and the
+    parameters of the first pass."""
+    def one(g, mu, sigma, stats, kl):
+        nxt = _mcvq_update(stats, mu, sigma, shift, a, temperature, floor)
+        return StreamState(g, mu, sigma, stats, kl, *nxt, jnp.zeros((), jnp.int32),
+                           jnp.asarray(jnp.inf, g.dtype))
 
-    return jax.vmap(one)(stats, natural, g, kl_m)
+    return jax.vmap(one)(g, mu, sigma, stats, kl)
+
+
+@jax.jit
+def _natural_of(mu, sigma, shift):
+    """The natural parameters of every start (``inference.mcvq.em._natural``, vmapped)."""
+    from inference.mcvq.em import _natural
+
+    return jax.vmap(_natural, (0, 0, None))(mu, sigma, shift)
+
+
+@jax.jit
+def _stream_finals(states, shift, a, temperature):
+    """F_T of every start's last parameters at ``temperature``."""
+    from inference.mcvq.em import _natural
+
+    def one(state):
+        return _mcvq_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
+                            state.kl, a, temperature)
+
+    return jax.vmap(one)(states)
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states"))
@@ -403,61 +496,38 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     # Pass 3: the start's E-step (its statistics); then one pass per iteration.
     stats, kl_m = e_pass(natural, g, "start E-step")
     floor_d = jnp.asarray(floor, dtype)
-    tol_d = jnp.asarray(tol, dtype)
     temps = jnp.asarray(temperatures, dtype)
-    previous = jnp.full(num_restarts, jnp.inf, dtype)
-    done = np.zeros(num_restarts, bool)
-    counts = np.zeros(num_restarts, np.int64)
-    energies = np.full((num_restarts, num_iterations), np.nan)
-    for it in range(num_iterations):
-        temperature = temps[it]
-        new_g, new_mu, new_sigma, new_natural = _mcvq_update(stats, mu, sigma, shift, a,
-                                                             temperature, floor_d)
-        new_stats, new_kl = e_pass(new_natural, new_g, f"iteration {it + 1}")
-        energy = _mcvq_energy(new_stats, new_natural, new_g, new_kl, a, temperature)
-        same = it > 0 and bool(temperature == temps[max(it - 1, 0)])
-        change = jnp.abs(previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
-        finished = np.asarray(same & (change <= tol_d))
-        running = ~done
-        keep = jnp.asarray(running)
-
-        def pick(new, old, keep=keep):
-            return jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-
-        g, mu, sigma, natural = (pick(n, o) for n, o in ((new_g, g), (new_mu, mu),
-                                                          (new_sigma, sigma),
-                                                          (new_natural, natural)))
-        stats, kl_m, previous = pick(new_stats, stats), pick(new_kl, kl_m), pick(energy,
-                                                                                  previous)
-        energies[running, it] = np.asarray(energy, np.float64)[running]
-        counts = counts + running
-        done = done | (running & finished)
-        if done.all():
-            break
-
-    finals = _mcvq_energy(stats, natural, g, kl_m, a, temps[num_iterations - 1])
+    params = (shift, a, b, temps, floor_d, jnp.asarray(tol, dtype))
+    starts = _stream_starts(g, mu, sigma, stats, kl_m, shift, a, temps[0], floor_d)
+    runs = run_passes(STREAM_ALGORITHM, starts, _Packed(data), params, keys=keys,
+                      max_iterations=num_iterations, tol=tol, dtype=dtype)
+    for count, rows in zip(np.asarray(runs.num_iterations), np.asarray(runs.trace.rows),
+                           strict=True):
+        for it in range(int(count)):
+            check_rows(int(rows[it]), num, f"iteration {it + 1}")
+    finals = _stream_finals(runs.state, shift, a, temps[num_iterations - 1])
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
-    it = int(counts[best])
-    trace = jnp.asarray(energies[best, :it], dtype)
-    if not bool(jnp.all(jnp.isfinite(trace))):
+    state, trace, it, converged = select(runs, best)
+    if not bool(jnp.all(jnp.isfinite(trace.objective))):
         warnings.warn("fit_mcvq_stream: the free energy became non-finite; check the data scale "
                       "and variance_floor", NumericalWarning, stacklevel=2)
-    if not done[best]:
+    if not converged:
         warnings.warn(f"fit_mcvq_stream: not converged after {it} iterations (tol={tol}); raise "
                       "num_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     m = None
     if return_m:
+        natural = _natural_of(runs.state.mu, runs.state.sigma, shift)[best]
         parts = []
         for packed, count in passes:
-            states = _mcvq_states(packed, shift, natural[best], g[best], b)
+            states = _mcvq_states(packed, shift, natural, state.g, b)
             passes.done(states)
             parts.append(np.asarray(states[:count]))
         m = jnp.asarray(np.concatenate(parts), dtype)
     return mcvq_fit.MCVQResult(
-        g=g[best], m=m, mu=mu[best], sigma=sigma[best], a=a, b=b, free_energy_trace=trace,
-        temperature_trace=temps[:it], num_iterations=it, converged=bool(done[best]),
-        variance_floor=floor, restart_free_energies=finals, best_restart=best,
-        restart_converged=jnp.asarray(done))
+        g=state.g, m=m, mu=state.mu, sigma=state.sigma, a=a, b=b,
+        free_energy_trace=trace.objective, temperature_trace=trace.temperature,
+        num_iterations=it, converged=converged, variance_floor=floor,
+        restart_free_energies=finals, best_restart=best, restart_converged=runs.converged)
 
 
