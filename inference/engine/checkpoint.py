@@ -63,8 +63,9 @@ class Checkpointing:
     fit's name.
     """
 
-    def __init__(self, path, every, resume, options: dict):
+    def __init__(self, path, every, resume, options: dict, *, resumed=None, extra=None):
         self.path, self.every, self.resume, self.options = path, every, resume, options
+        self.resumed, self.extra = resumed, extra  # as run_chunks takes them
 
     @classmethod
     def from_options(cls, checkpoint_path, checkpoint_every, resume_from, options: dict, *,
@@ -79,7 +80,8 @@ class Checkpointing:
     def chunk_arguments(self, kind: str) -> dict:
         """Keywords of :func:`run_chunks` for the fit named ``kind``."""
         return dict(kind=kind, options=self.options, checkpoint_path=self.path,
-                    checkpoint_every=self.every, resume_from=self.resume)
+                    checkpoint_every=self.every, resume_from=self.resume,
+                    resumed=self.resumed, extra=self.extra)
 
 
 def check_checkpoint_options(checkpoint_path, checkpoint_every, resume_from):

@@ -107,7 +107,6 @@ Bishop, C. M. (2006), Pattern Recognition and Machine Learning, sec. 10.1.3 and 
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from typing import NamedTuple
@@ -117,6 +116,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import digamma, gammaln
 
+from inference.engine.loop import Algorithm, run, select
 from inference.mcvq import em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -403,75 +403,58 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
         all_pruned=jnp.array(False))
 
 
-@functools.partial(jax.jit, static_argnames=("max_vqs", "max_states", "conditional"))
-def _run(rng_key, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, *,
-         max_vqs, max_states, conditional):
-    """The main loop in one program: ``temperatures`` padded to a fixed length,
-    ``num_iterations`` traced. ``fit_vb_mcvq`` runs it as :func:`_start_jit` and
-    :func:`_advance_jit` chunks (:func:`_run_checkpointed`), so that it can stop between."""
-    state = init(rng_key, x, mask, max_vqs, max_states, prior)
-    return _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
-                    conditional=conditional)
+class VBMCVQLoopInfo(NamedTuple):
+    """One iteration as the engine records it: L_T (``objective``), the active VQs and
+    states, whether the step pruned, and whether the loop stops (settled at an unchanged
+    temperature, everything pruned, or a non-finite bound)."""
+
+    objective: jax.Array
+    num_vqs: jax.Array
+    num_states: jax.Array
+    pruned: jax.Array
+    converged: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("conditional",))
-def _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, *,
-             conditional):
-    """Steps from ``state`` until convergence or ``num_iterations`` more iterations.
+def engine_step(rng_key, state: VBMCVQState, data, params, *, shard=None, conditional=True):
+    """:func:`step` for the engine (:mod:`inference.engine.loop`).
 
-    Traces are indexed from ``state.iteration`` at the call (the first iteration of
-    a call is never declared converged).
+    ``data`` is ``(x, mask)``; ``params`` ``(prior, prune_threshold, temperatures, tol,
+    start)``: iteration ``state.iteration - start`` of this run uses that entry of
+    ``temperatures``. It has converged when the relative change of the bound is at most
+    ``tol`` at an unchanged temperature without pruning (the first iteration of a run
+    never is).
     """
-    carry = _start_carry(state, temperatures.shape[0], x.dtype)
-    return _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
-                    state.iteration, num_iterations, conditional=conditional)
+    del rng_key, shard  # deterministic, one device
+    x, mask = data
+    prior, prune_threshold, temperatures, tol, start = params
+    t = state.iteration - start
+    temperature = temperatures[t]
+    new, info = step(state, x, mask, prior, prune_threshold, temperature, conditional)
+    same = (t > 0) & (temperature == temperatures[jnp.maximum(t - 1, 0)])
+    change = jnp.abs(info.bound_change) / jnp.maximum(jnp.abs(info.bound), 1.0)
+    settled = same & ~info.pruned & (change <= tol)
+    done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
+    return new, VBMCVQLoopInfo(info.bound, info.num_vqs, info.num_states, info.pruned, done)
 
 
-def _start_carry(state, length, dtype):
-    """The loop carry (state, traces, done) before the first iteration from ``state``."""
-    max_vqs = state.pi.shape[0]
-    traces = (jnp.full(length, jnp.nan, dtype), jnp.zeros(length, jnp.int32),
-              jnp.zeros((length, max_vqs), jnp.int32), jnp.zeros(length, bool))
-    return state, traces, jnp.array(False)
+def algorithm(conditional: bool) -> Algorithm:
+    """The variational Bayes iteration as an engine algorithm (cached per ``conditional``)."""
+    return Algorithm(engine_step, options=(("conditional", bool(conditional)),),
+                     name="fit_vb_mcvq")
 
 
-def _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, start,
-             stop_at, *, conditional):
-    """Steps from ``carry`` until done or ``min(num_iterations, stop_at)`` iterations after
-    iteration ``start`` (traced; the iteration the traces are indexed from).
-
-    ``stop_at`` splits the loop into chunks for checkpoints (:mod:`inference.engine.checkpoint`);
-    the steps use no key, so the chunks give the one-chunk result bit for bit.
-    """
-    bound_iterations = jnp.minimum(num_iterations, stop_at)
-
-    def cond(carry):
-        state, _, done = carry
-        return (state.iteration - start < bound_iterations) & ~done
-
-    def body(carry):
-        state, (bounds, vqs, states, pruned), _ = carry
-        t = state.iteration - start
-        temperature = temperatures[t]
-        new, info = step(state, x, mask, prior, prune_threshold, temperature, conditional)
-        same = (t > 0) & (temperature == temperatures[jnp.maximum(t - 1, 0)])
-        change = jnp.abs(info.bound_change) / jnp.maximum(jnp.abs(info.bound), 1.0)
-        settled = same & ~info.pruned & (change <= tol)
-        done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
-        traces = (bounds.at[t].set(info.bound), vqs.at[t].set(info.num_vqs),
-                  states.at[t].set(info.num_states), pruned.at[t].set(info.pruned))
-        return new, traces, done
-
-    return jax.lax.while_loop(cond, body, carry)
+_init_jit = jax.jit(init, static_argnames=("max_vqs", "max_states"))
 
 
-@functools.partial(jax.jit, static_argnames=("length", "max_vqs", "max_states"))
-def _start_jit(rng_key, x, mask, prior, *, length, max_vqs, max_states):
-    """The main loop's carry from :func:`init` (traces of ``length`` entries)."""
-    return _start_carry(init(rng_key, x, mask, max_vqs, max_states, prior), length, x.dtype)
-
-
-_advance_jit = jax.jit(_advance, static_argnames=("conditional",))
+def _iterate(state, rng_key, x, mask, prior, prune_threshold, temperatures, max_iterations,
+             tol, *, conditional, checkpoint=None):
+    """Steps from ``state`` until convergence or ``max_iterations`` more iterations, on the
+    engine. Returns the state and the traces (bound, VQs, states, pruned) of this run."""
+    runs = run(algorithm(conditional), jax.tree.map(lambda leaf: leaf[None], state), (x, mask),
+               (prior, prune_threshold, temperatures, tol, state.iteration),
+               keys=rng_key[None], max_iterations=max_iterations, checkpoint=checkpoint)
+    state, trace, _, _ = select(runs, 0)
+    return state, [np.asarray(t) for t in trace[:4]]
 
 
 class VBMCVQResult(NamedTuple):
@@ -614,12 +597,10 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
         if not float(best.bound) - current > float(tol) * max(abs(current), 1.0):
             break
         num_moves += 1
-        start = int(state.iteration)
-        state, traces, _ = _iterate(best._replace(iteration=state.iteration), x, mask, prior,
-                                    threshold, constant, max_iterations, tol,
-                                    conditional=conditional)
-        its = int(state.iteration) - start
-        part = [np.asarray(t[:its]) for t in traces]
+        state, part = _iterate(best._replace(iteration=state.iteration), rng_key, x, mask,
+                               prior, threshold, constant, max_iterations, tol,
+                               conditional=conditional)
+        its = part[0].shape[0]
         part[3] = part[3].copy()
         part[3][0] = True
         parts.append(part)
@@ -659,17 +640,15 @@ def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations
         resume_moves = (tree["key"], tree["round"], tree["num_moves"])
     else:
         temperatures = jnp.asarray(padded, x.dtype)
-        state, traces, _ = checkpoint.run_chunks(
-            lambda carry, stop_at: _advance_jit(carry, x, mask, prior, threshold, temperatures,
-                                               num_iterations, tol, 0, stop_at,
-                                               conditional=conditional),
-            lambda: _start_jit(rng_key, x, mask, prior, length=temperatures.shape[0],
-                               max_vqs=max_vqs, max_states=max_states),
-            total=num_iterations, finished=lambda carry: bool(carry[2]), kind=kind,
-            options=saved, checkpoint_path=path, checkpoint_every=every,
-            resume_from=resume, resumed=tree, extra={"phase": "main"})
-        its = int(state.iteration)
-        parts = [[np.asarray(t[:its]) for t in traces]]
+        saving = None
+        if path is not None or resume is not None:
+            saving = checkpoint.Checkpointing(path, every, resume, saved, resumed=tree,
+                                              extra={"phase": "main"})
+        state, parts = _iterate(_init_jit(rng_key, x, mask, max_vqs, max_states, prior),
+                                rng_key, x, mask, prior, threshold, temperatures, num_iterations,
+                                tol, conditional=conditional, checkpoint=saving)
+        parts = [parts]
+        its = parts[0][0].shape[0]
         temps = [np.asarray(padded[:its])]
         resume_moves = None
 

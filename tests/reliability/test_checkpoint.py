@@ -396,7 +396,7 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
     assert_identical(reference, vb_mcvq.fit_vb_mcvq(
         x, 6, 6, checkpoint_path=tmp_path / "every", checkpoint_every=3, **options))
     path = tmp_path / "vb.npz"
-    interrupt_after(monkeypatch, vb_mcvq, "_advance_jit", 2)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         vb_mcvq.fit_vb_mcvq(x, 6, 6, checkpoint_path=path, checkpoint_every=4, **options)
     monkeypatch.undo()
