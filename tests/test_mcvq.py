@@ -396,7 +396,7 @@ def test_iteration_from_statistics_equals_the_reference_terms():
     new mean, two-pass) and F_T, each against its direct form on the (N, D, K, J)
     terms read from the program.
     """
-    from inference.mcvq import em
+    from inference.mcvq import core
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
@@ -410,22 +410,23 @@ def test_iteration_from_statistics_equals_the_reference_terms():
         m = jax.nn.softmax(jnp.asarray(rng.normal(size=(num, num_vqs, num_states))), -1)
         a = jnp.full((dim, num_vqs), 1.0 / num_vqs)
         b = jax.nn.softmax(jnp.asarray(rng.normal(size=(num_vqs, num_states))), -1)
-        loc, scale = em.gaussian_parameters(mu, sigma)
+        loc, scale = core.gaussian_parameters(mu, sigma)
         np.testing.assert_allclose(loc, mu, rtol=1e-15)
         np.testing.assert_allclose(scale, sigma, rtol=1e-15)
 
         ell = likelihood_terms(x, mask, mu, sigma)
-        moments, shift = em._moments(x, mask)
-        natural = em._natural(mu, sigma, shift)
-        np.testing.assert_allclose(em._energies(moments, natural, g),
+        moments, shift = core.data_moments(x, mask)
+        natural = core.natural_parameters(mu, sigma, shift)
+        np.testing.assert_allclose(core.energies(moments, natural, g),
                                    jnp.einsum("dk,cdkj->ckj", g, ell), rtol=1e-10)
-        stats = em._statistics(moments, m)
+        stats = core.statistics(moments, m)
         for temp in (1.0, float(num)):
-            np.testing.assert_allclose(em._fast_g_step(stats, natural, a, temp),
-                                       em._g_step(ell, m, a, temp), rtol=1e-10)
-            np.testing.assert_allclose(em._fast_free_energy(stats, natural, g, m, a, b, temp),
-                                       em._free_energy(ell, g, m, a, b, temp), rtol=1e-12)
-        new_mu, new_sigma = em._fast_m_step(stats, mu, sigma, shift, 1e-8)
+            np.testing.assert_allclose(core.g_step(stats, natural, a, temp),
+                                       core.reference_g_step(ell, m, a, temp), rtol=1e-10)
+            np.testing.assert_allclose(
+                core.free_energy_from_statistics(stats, natural, g, m, a, b, temp),
+                core.reference_free_energy(ell, g, m, a, b, temp), rtol=1e-12)
+        new_mu, new_sigma = core.m_step(stats, mu, sigma, shift, 1e-8)
         weight = jnp.einsum("cd,ckj->dkj", mask, m)
         mean = jnp.einsum("cd,ckj->dkj", mask * x, m) / weight
         var = jnp.einsum("cd,ckj,cdkj->dkj", mask, m,

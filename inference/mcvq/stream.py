@@ -67,6 +67,9 @@ from inference.engine.streaming import (
     dtype_of,
     is_stream,
 )
+from inference.mcvq import core
+from inference.mcvq.core import e_step, g_step, m_step, natural_parameters, statistics
+from inference.mcvq.result import MCVQResult
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
@@ -193,15 +196,13 @@ def _unpack(packed, shift):
 def _mcvq_batch(packed, num_valid, shift, natural, g, b):
     """E-step of one padded batch under every restart's (natural, g): the statistics
     (restarts, 3, D, K, J) and the KL term sum_c KL(m^c || b) over the valid rows."""
-    from inference.mcvq.em import _fast_e_step, _statistics
-
     moments = _unpack(packed, shift)
     valid = (jnp.arange(packed.shape[0]) < num_valid)[:, None, None]
 
     def one(natural, g):
-        m = _fast_e_step(moments, natural, g, b)
+        m = e_step(moments, natural, g, b)
         kl = jnp.sum(jnp.where(valid, xlogy(m, m) - xlogy(m, b), 0.0))
-        return _statistics(moments, m), kl
+        return statistics(moments, m), kl
 
     return jax.vmap(one)(natural, g)
 
@@ -209,17 +210,13 @@ def _mcvq_batch(packed, num_valid, shift, natural, g, b):
 @jax.jit
 def _mcvq_states(packed, shift, natural, g, b):
     """m of one padded batch under one start's parameters (the E-step)."""
-    from inference.mcvq.em import _fast_e_step
-
-    return _fast_e_step(_unpack(packed, shift), natural, g, b)
+    return e_step(_unpack(packed, shift), natural, g, b)
 
 
 def _mcvq_update(stats, mu, sigma, shift, a, temperature, floor):
     """g-step and M-step from the statistics (``inference.mcvq.em.step``) of one start."""
-    from inference.mcvq.em import _fast_g_step, _fast_m_step, _natural
-
-    g = _fast_g_step(stats, _natural(mu, sigma, shift), a, temperature)
-    mu, sigma = _fast_m_step(stats, mu, sigma, shift, floor)
+    g = g_step(stats, natural_parameters(mu, sigma, shift), a, temperature)
+    mu, sigma = m_step(stats, mu, sigma, shift, floor)
     return g, mu, sigma
 
 
@@ -259,27 +256,23 @@ class StreamInfo(NamedTuple):
 def stream_statistics(rng_key, state: StreamState, data, params, valid):
     """The E-step of one padded batch under the state's next parameters: its statistics
     sum_c m^c [o, o xc, o xc^2], KL(m^c || b) and row count over the ``valid`` rows."""
-    from inference.mcvq.em import _fast_e_step, _natural, _statistics
-
     del rng_key
     (packed,) = data
     shift, a, b = params[:3]
     moments = _unpack(packed, shift)
-    m = _fast_e_step(moments, _natural(state.next_mu, state.next_sigma, shift), state.next_g, b)
+    m = e_step(moments, natural_parameters(state.next_mu, state.next_sigma, shift), state.next_g, b)
     kl = jnp.sum(jnp.where(valid[:, None, None], xlogy(m, m) - xlogy(m, b), 0.0))
-    return _statistics(moments, m), kl, jnp.sum(valid.astype(jnp.int32))
+    return statistics(moments, m), kl, jnp.sum(valid.astype(jnp.int32))
 
 
 def stream_update(state: StreamState, stats, params):
     """F_T of the pass (``inference.mcvq.em.engine_step``'s convergence test), and the
     parameters of the next pass from its statistics."""
-    from inference.mcvq.em import _natural
-
     shift, a, b, temperatures, floor, tol = params
     stats, kl, rows = stats
     it = state.iteration
     temperature = temperatures[it]
-    natural = _natural(state.next_mu, state.next_sigma, shift)
+    natural = natural_parameters(state.next_mu, state.next_sigma, shift)
     energy = _mcvq_energy(stats, natural, state.next_g, kl, a, temperature)
     same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
     change = jnp.abs(state.previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
@@ -310,18 +303,14 @@ def _stream_starts(g, mu, sigma, stats, kl, shift, a, temperature, floor):
 @jax.jit
 def _natural_of(mu, sigma, shift):
     """The natural parameters of every start (``inference.mcvq.em._natural``, vmapped)."""
-    from inference.mcvq.em import _natural
-
-    return jax.vmap(_natural, (0, 0, None))(mu, sigma, shift)
+    return jax.vmap(natural_parameters, (0, 0, None))(mu, sigma, shift)
 
 
 @jax.jit
 def _stream_finals(states, shift, a, temperature):
     """F_T of every start's last parameters at ``temperature``."""
-    from inference.mcvq.em import _natural
-
     def one(state):
-        return _mcvq_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
+        return _mcvq_energy(state.stats, natural_parameters(state.mu, state.sigma, shift), state.g,
                             state.kl, a, temperature)
 
     return jax.vmap(one)(states)
@@ -412,8 +401,6 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     -------
     inference.mcvq.em.MCVQResult
     """
-    from inference.mcvq import em as mcvq_fit
-
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
@@ -450,9 +437,9 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     dtype = dtype_of(first)
     dim = first.shape[1]
     col_mean = obs_sum / obs_count
-    temperatures, num_iterations = mcvq_fit.schedule(temperature_schedule, num_iterations,
+    temperatures, num_iterations = core.schedule(temperature_schedule, num_iterations,
                                                      initial_temperature, num)
-    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, dtype)
+    a, b = core.priors(a, b, dim, num_vqs, num_states, dtype)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
 
     # Pass 2: column variances and the rows picked by the start.
@@ -478,7 +465,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     starts = [_mcvq_start(key, jnp.asarray(p, dtype), std, a, num_vqs=num_vqs,
                           num_states=num_states) for key, p in zip(keys, picked, strict=True)]
     g, mu, sigma = (jnp.stack(parts) for parts in zip(*starts, strict=True))
-    natural = jax.vmap(mcvq_fit._natural, (0, 0, None))(mu, sigma, shift)
+    natural = jax.vmap(core.natural_parameters, (0, 0, None))(mu, sigma, shift)
 
     passes = Pass(_Packed(data), dtype, first.shape[0], block=first.shape[0])
 
@@ -524,7 +511,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
             passes.done(states)
             parts.append(np.asarray(states[:count]))
         m = jnp.asarray(np.concatenate(parts), dtype)
-    return mcvq_fit.MCVQResult(
+    return MCVQResult(
         g=state.g, m=m, mu=state.mu, sigma=state.sigma, a=a, b=b,
         free_energy_trace=trace.objective, temperature_trace=trace.temperature,
         num_iterations=it, converged=converged, variance_floor=floor,

@@ -53,7 +53,7 @@ same expanded form c + x beta + x^2 alpha as the likelihood terms of
 beta = -E[tau] E[mu], alpha = E[tau] / 2; PRML eq. 10.28-10.30 for the
 expectations, B.27 and B.31 for the KL terms), so the E-step energies and the
 statistics are the same (N, 3D) x (3D, K J) matrix products
-(``inference.mcvq.em._energies``, ``_statistics``) and nothing of size N D K J is formed.
+(``inference.mcvq.core.energies``, ``_statistics``) and nothing of size N D K J is formed.
 
 One :func:`step` does coordinate ascent on L_T, each update the exact maximiser in
 its own block with the others fixed (PRML sec. 10.1.1, 10.1.3; Corduneanu & Bishop
@@ -117,7 +117,7 @@ import numpy as np
 from jax.scipy.special import digamma, gammaln
 
 from inference.engine.loop import Algorithm, run, select
-from inference.mcvq import em
+from inference.mcvq import core, em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
@@ -236,7 +236,7 @@ def _kl_parameters(state, centred):
 def _bound(state, natural, centred, temperature, conditional):
     """L_T from the statistics of m (module docstring)."""
     a = jnp.broadcast_to(state.alpha, state.g.shape)
-    free = em._fast_free_energy(state.stats, natural, state.g, state.m, a, state.pi,
+    free = core.free_energy_from_statistics(state.stats, natural, state.g, state.m, a, state.pi,
                                 temperature)
     kl = _kl_parameters(state, centred)
     if conditional:
@@ -295,7 +295,7 @@ def step(state: VBMCVQState, x, mask, prior: MCVQPrior, prune_threshold, tempera
     -------
     (VBMCVQState, VBMCVQInfo)
     """
-    moments, shift = em._moments(x, mask)
+    moments, shift = core.data_moments(x, mask)
     centred = _centred_prior(prior, shift, x.dtype)
     # 1-2. Q(tau), Q(mu); type-II ML weights.
     new = _update_parameters(state, centred, conditional)
@@ -323,10 +323,10 @@ def step(state: VBMCVQState, x, mask, prior: MCVQPrior, prune_threshold, tempera
         energy = energy + jnp.sum(_kl_parameters(new, centred), axis=-1)
     g = jax.nn.softmax(jnp.where(vq_active, jnp.log(alpha), -jnp.inf) - energy / temperature,
                        axis=-1)
-    m = em._fast_e_step(moments, natural, g, pi)
+    m = core.e_step(moments, natural, g, pi)
     m = jnp.where(state_active | ~vq_active[:, None], m, 0.0)
     new = new._replace(g=g, m=m, alpha=alpha, pi=pi, vq_active=vq_active,
-                       state_active=state_active, stats=em._statistics(moments, m))
+                       state_active=state_active, stats=core.statistics(moments, m))
     value = _bound(new, natural, centred, temperature, conditional)
     pruned = jnp.any(vq_active != state.vq_active) | jnp.any(state_active != state.state_active)
     new = new._replace(bound=value, iteration=state.iteration + 1,
@@ -356,8 +356,8 @@ def bound(x, mask, state: VBMCVQState, prior: MCVQPrior, temperature=1.0,
     -------
     float
     """
-    moments, shift = em._moments(x, mask)
-    state = state._replace(stats=em._statistics(moments, state.m))
+    moments, shift = core.data_moments(x, mask)
+    state = state._replace(stats=core.statistics(moments, state.m))
     natural = _natural(state.mean, state.precision, state.shape, state.rate)
     return _bound(state, natural, _centred_prior(prior, shift, x.dtype), temperature,
                   conditional)
@@ -387,7 +387,7 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
     dim = x.shape[1]
     alpha = jnp.full(max_vqs, 1.0 / max_vqs, dtype)
     pi = jnp.full((max_vqs, max_states), 1.0 / max_states, dtype)
-    _, shift = em._moments(x, mask)
+    _, shift = core.data_moments(x, mask)
     centred = _centred_prior(prior, shift, dtype)
     floor = 1e-3 / centred[1]  # sigma^2 floor of the start: 1e-3 prior variances of the means
     start = em.init(rng_key, x, mask, max_vqs, max_states,
@@ -559,9 +559,9 @@ def check_covered(x, mask):
 
     Returns
     -------
-    (x, mask) as ``inference.mcvq.em._check_observed`` returns them.
+    (x, mask) as ``inference.mcvq.core.check_observed`` returns them.
     """
-    x, mask = em._check_observed(x, mask, "x")
+    x, mask = core.check_observed(x, mask, "x")
     for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
         empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
         if empty.size:
@@ -584,7 +584,7 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
     from inference.mcvq import vb_moves as vb_mcvq_moves  # imports this module
 
     key = jax.random.fold_in(rng_key, 1)
-    constant = jnp.full(em._bucket(max_iterations), temperature, x.dtype)
+    constant = jnp.full(core.bucket(max_iterations), temperature, x.dtype)
     num_moves, first = 0, 0
     if resume is not None:
         key, first, num_moves = resume
@@ -808,7 +808,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
                          f"got shape {np.shape(prior.mean)}")
     temperatures = _schedule(temperature_schedule, max_iterations)
     num_iterations = temperatures.size
-    padded = np.ones(em._bucket(num_iterations))
+    padded = np.ones(core.bucket(num_iterations))
     padded[:num_iterations] = temperatures
     threshold = jnp.asarray(prune_threshold, x.dtype)
     tol_array = jnp.asarray(tol, x.dtype)
@@ -845,7 +845,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         warnings.warn(f"fit_vb_mcvq: not converged after {its} iterations (tol={tol}); raise "
                       "max_iterations", ConvergenceWarning, stacklevel=2)
     keep = np.flatnonzero(np.asarray(state.vq_active))
-    _, shift = em._moments(x, mask)
+    _, shift = core.data_moments(x, mask)
     shift = shift[:, None, None]
     active = state.state_active[keep]
     shape, rate = state.shape[:, keep], state.rate[:, keep]
