@@ -534,10 +534,23 @@ def load(path):
     if not metadata["kind"].startswith("result:"):
         raise PersistenceError(f"{path} holds {metadata['kind']!r}, not a fit result; "
                                "checkpoints are read by the fit's resume_from=")
-    if not _is_namedtuple(tree) or _result_kind(type(tree)) != _moved_kind(metadata["kind"]):
+    if not _is_namedtuple(tree) or (_result_kind(type(tree)) != _moved_kind(metadata["kind"])
+                                    and _kind_class(metadata["kind"]) is not type(tree)):
         raise PersistenceError(f"{path}: its content does not match its kind "
                                f"{metadata['kind']!r}")
     return tree
+
+
+def _kind_class(kind: str):
+    """The class a ``result:<module>.<class>`` kind names in this version (its module may
+    re-export a class that moved to another module of the package), or None."""
+    module_name, _, class_name = kind[len("result:"):].rpartition(".")
+    if module_name.split(".")[0] not in _TRUSTED_PACKAGES:
+        return None
+    try:
+        return getattr(importlib.import_module(_moved_module(module_name)), class_name, None)
+    except ImportError:
+        return None
 
 
 def _save_method(self, path, *, options: dict | None = None) -> pathlib.Path:

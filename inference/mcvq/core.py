@@ -393,24 +393,24 @@ def linear_schedule(num_iterations: int, initial_temperature: float,
     return initial_temperature + (1.0 - initial_temperature) * fraction
 
 
-def schedule(temperature_schedule, num_iterations, initial_temperature, num):
+def schedule(temperature_schedule, max_iterations, initial_temperature, num):
     """The temperatures of :func:`fit_mcvq` from its options: ``(array, count)``.
 
-    ``temperature_schedule`` None: :func:`linear_schedule` over ``num_iterations``
+    ``temperature_schedule`` None: :func:`linear_schedule` over ``max_iterations``
     from ``initial_temperature`` (default ``num - 1`` for ``num`` examples, at
-    least 1); a number: that temperature ``num_iterations`` times; an array: itself
+    least 1); a number: that temperature ``max_iterations`` times; an array: itself
     (1-D, positive, finite, else ``ValueError`` naming ``temperature_schedule``).
     Also the schedule of the streamed fit (:mod:`inference.mcvq.stream`).
     """
     if temperature_schedule is None:
-        num_iterations = check_positive_int(num_iterations, "num_iterations")
+        max_iterations = check_positive_int(max_iterations, "max_iterations")
         start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
-        temperatures = np.asarray(linear_schedule(num_iterations, start), dtype=float)
+        temperatures = np.asarray(linear_schedule(max_iterations, start), dtype=float)
     else:
         temperatures = np.asarray(temperature_schedule, dtype=float)
         if temperatures.ndim == 0:
-            num_iterations = check_positive_int(num_iterations, "num_iterations")
-            temperatures = np.full(num_iterations, float(temperatures))
+            max_iterations = check_positive_int(max_iterations, "max_iterations")
+            temperatures = np.full(max_iterations, float(temperatures))
         if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
                 np.isfinite(temperatures) & (temperatures > 0)):
             raise ValueError("temperature_schedule must be a positive number or a 1-D array "

@@ -47,7 +47,8 @@ from inference.mcvq.core import (
     schedule,
     step,
 )
-from inference.mcvq.result import MCVQResult
+from inference.mcvq.result import MCVQResult, MCVQTrace
+from inference.mcvq.sources import is_masked_stream
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
@@ -136,7 +137,7 @@ def _final_energies(states, x, mask, a, b, temperature, *, batch_size):
 
 
 def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
-             temperature_schedule=None, num_iterations: int = 100,
+             temperature_schedule=None, max_iterations: int = 100,
              initial_temperature: float | None = None, variance_floor: float = 1e-3,
              tol: float = 1e-6, a=None, b=None, num_restarts: int = 1,
              restart_batch_size: int = 1, devices=None, mesh=None, checkpoint_path=None,
@@ -159,12 +160,12 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         dimension needs at least one observed entry.
     rng_key : jax.random key
         For the initial state (:func:`init`).
-    temperature_schedule : float or array (num_iterations,), optional
+    temperature_schedule : float or array (max_iterations,), optional
         Temperature T of every iteration (positive): a constant, or an array
         whose length sets the number of iterations. Default:
         :func:`linear_schedule` from ``initial_temperature`` to 1 over the first
-        half of ``num_iterations``.
-    num_iterations : int
+        half of ``max_iterations``.
+    max_iterations : int
         Maximum number of iterations (when the schedule is not an array).
     initial_temperature : float, optional
         Start of the default schedule: the paper's "integer less than C",
@@ -231,19 +232,19 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     >>> from ppl_models import mcvq
     >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
     ...                      num_states=3)
-    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), num_iterations=80)
+    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), max_iterations=80)
     >>> result.g.shape, result.m.shape, result.mu.shape
     ((9, 3), (60, 3, 4), (9, 3, 4))
-    >>> bool(result.converged), result.free_energy_trace.shape == (result.num_iterations,)
+    >>> bool(result.converged), result.trace.objective.shape == (result.num_iterations,)
     (True, True)
     """
-    if streaming_fits.is_masked_stream(x):  # memmap, callable, batches, (x, mask) pairs
+    if is_masked_stream(x):  # memmap, callable, batches, (x, mask) pairs
         if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
             raise ValueError("devices, mesh and checkpoints apply to an in-memory x, not to "
                              "a stream of batches")
         return streaming_fits.fit_mcvq_stream(
             x, num_vqs, num_states, mask=mask, rng_key=rng_key,
-            temperature_schedule=temperature_schedule, num_iterations=num_iterations,
+            temperature_schedule=temperature_schedule, max_iterations=max_iterations,
             initial_temperature=initial_temperature, variance_floor=variance_floor, tol=tol,
             a=a, b=b, num_restarts=num_restarts)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
@@ -267,7 +268,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                          "without any observed entry; drop them")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
-    temperatures, num_iterations = schedule(temperature_schedule, num_iterations,
+    temperatures, num_iterations = schedule(temperature_schedule, max_iterations,
                                             initial_temperature, num)
     temperatures = jnp.asarray(temperatures, x.dtype)
     a, b = priors(a, b, dim, num_vqs, num_states, x.dtype)
@@ -283,7 +284,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     saving = checkpoint.Checkpointing.from_options(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_vqs=num_vqs, num_states=num_states, num_restarts=num_restarts,
-             restart_batch_size=restart_batch_size, num_iterations=num_iterations,
+             restart_batch_size=restart_batch_size, max_iterations=num_iterations,
              variance_floor=variance_floor, tol=tol, rng_key=checkpoint.jsonable(rng_key)),
         data=(x, mask), temperature_schedule=temperatures, a=a, b=b)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
@@ -306,10 +307,10 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                       "variance_floor", NumericalWarning, stacklevel=2)
     if not done:
         warnings.warn(f"fit_mcvq: not converged after {it} iterations (tol={tol}); raise "
-                      "num_iterations or lengthen the schedule at T = 1",
+                      "max_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     return MCVQResult(g=state.g, m=state.m, mu=state.mu, sigma=state.sigma, a=a, b=b,
-                      free_energy_trace=energies, temperature_trace=trace.temperature,
+                      trace=MCVQTrace(energies, trace.temperature),
                       num_iterations=it, converged=done, variance_floor=floor,
                       restart_free_energies=finals, best_restart=best,
                       restart_converged=runs.converged)

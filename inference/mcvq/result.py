@@ -6,7 +6,15 @@ from typing import NamedTuple
 
 import jax
 
-__all__ = ["MCVQResult"]
+__all__ = ["MCVQResult", "MCVQTrace"]
+
+
+class MCVQTrace(NamedTuple):
+    """Per-iteration record of an MCVQ fit, cut at ``num_iterations``: F_T (``objective``)
+    and the temperature of every iteration."""
+
+    objective: jax.Array
+    temperature: jax.Array
 
 
 class MCVQResult(NamedTuple):
@@ -22,10 +30,10 @@ class MCVQResult(NamedTuple):
     a : array (D, K)
     b : array (K, J)
         The selection priors used (fixed, not learnt; uniform unless given).
-    free_energy_trace : array (num_iterations,)
-        F_T after each iteration at that iteration's temperature (module docstring);
-        non-increasing where the temperature stays the same.
-    temperature_trace : array (num_iterations,)
+    trace : MCVQTrace
+        Per iteration: ``objective``, F_T after each iteration at that iteration's
+        temperature (module docstring of :mod:`inference.mcvq.core`), non-increasing
+        where the temperature stays the same, and ``temperature``.
     num_iterations : int
     converged : bool
         The relative change of F_T fell to ``tol`` at a constant temperature.
@@ -46,11 +54,33 @@ class MCVQResult(NamedTuple):
     sigma: jax.Array
     a: jax.Array
     b: jax.Array
-    free_energy_trace: jax.Array
-    temperature_trace: jax.Array
+    trace: MCVQTrace
     num_iterations: int
     converged: bool
     variance_floor: float
     restart_free_energies: jax.Array | None = None
     best_restart: int = 0
     restart_converged: jax.Array | None = None
+
+
+def _from_old_fields(fields: dict) -> dict:
+    """A file saved before the rename: the two trace arrays become one :class:`MCVQTrace`."""
+    fields = dict(fields)
+    objective = fields.pop("free_energy_trace", None)
+    temperature = fields.pop("temperature_trace", None)
+    if objective is not None and "trace" not in fields:
+        fields["trace"] = MCVQTrace(objective, temperature)
+    return fields
+
+
+def register_renames() -> None:
+    """Let MCVQ results saved with ``free_energy_trace`` / ``temperature_trace`` load
+    (:func:`inference.engine.persistence.register_renamed_fields`)."""
+    from inference.engine.persistence import register_renamed_fields
+
+    register_renamed_fields(MCVQResult, {"free_energy_trace": "free_energy_trace",
+                                         "temperature_trace": "temperature_trace"},
+                            convert=_from_old_fields)
+
+
+register_renames()

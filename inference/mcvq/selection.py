@@ -269,7 +269,7 @@ class MCVQScorer:
                        "has J^K K > 4096, so every candidate uses the bound)")
         if self.unconverged_em:
             out.append(f"{self.unconverged_em} of {self.fits_em} fit_mcvq calls did not "
-                       "converge (raise num_iterations)")
+                       "converge (raise max_iterations)")
         if self.unconverged_vb:
             out.append(f"{self.unconverged_vb} of {self.fits_vb} fit_vb_mcvq runs did not "
                        "converge (raise vb_options max_iterations)")

@@ -48,7 +48,6 @@ association / E-step, and sums whose size does not grow with the data.
 from __future__ import annotations
 
 import functools
-import itertools
 import warnings
 from typing import NamedTuple
 
@@ -60,127 +59,19 @@ from jax.scipy.special import xlogy
 from inference.engine.loop import StatisticsAlgorithm, select
 from inference.engine.passes import run_passes
 from inference.engine.streaming import (
-    BatchSource,
     Pass,
-    batches,
     check_rows,
     dtype_of,
-    is_stream,
 )
 from inference.mcvq import core
 from inference.mcvq.core import e_step, g_step, m_step, natural_parameters, statistics
-from inference.mcvq.result import MCVQResult
+from inference.mcvq.result import MCVQResult, MCVQTrace
+from inference.mcvq.sources import MaskedSource, Packed
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
 # ---------------------------------------------------------------------------------------
 # MCVQ (seed 004 sec. 3): sources with masks.
-
-
-def is_masked_stream(x) -> bool:
-    """Whether ``x`` is a stream for :func:`fit_mcvq_stream`: :func:`is_stream`, or a list
-    or tuple of ``(x_batch, mask_batch)`` pairs."""
-    if is_stream(x):
-        return True
-    return (isinstance(x, list | tuple) and len(x) > 0 and isinstance(x[0], tuple | list)
-            and len(x[0]) == 2 and np.ndim(x[0][0]) == 2)
-
-
-class _MaskedSource:
-    """(x, mask) batches of an MCVQ source, checked; iterate for one pass.
-
-    Forms: ``mask`` None and items arrays (all observed); ``mask`` None and items
-    ``(x, mask)`` pairs; ``mask`` a second source of the same form as ``source``
-    (an array or memmap of x's shape, or batches matching x's row for row).
-    """
-
-    def __init__(self, source, mask, batch_size):
-        self.batch_size = batch_size
-        probe = batches(source, batch_size)
-        # Arrays are cut by BatchSource; other sources are read item by item (pairs or
-        # arrays) and cut per pass in _pairs.
-        self.x_source = probe if probe.kind == "array" else BatchSource(source, None)
-        self.x_source.name = "source"
-        self.mask_source = None if mask is None else batches(mask, batch_size)
-        if self.mask_source is not None:
-            self.mask_source.name = "mask"
-            if probe.kind != "array":
-                self.x_source = probe
-        self.reusable = self.x_source.reusable and (
-            self.mask_source is None or self.mask_source.reusable)
-
-    def _pairs(self):
-        """Checked x and mask sources for one pass, read in lockstep (mask None: all
-        observed)."""
-        if self.mask_source is not None or self.x_source.kind == "array":
-            return self.x_source, self.mask_source
-        items = iter(self.x_source._raw())  # the items as given: arrays or (x, mask) pairs
-        head = next(items, None)
-        if head is None:
-            return BatchSource(iter(()), name="source"), None  # raises "source is empty"
-        stream = _chain_one(head, items)
-        if not (isinstance(head, tuple | list) and len(head) == 2 and np.ndim(head[0]) == 2):
-            return BatchSource(stream, self.batch_size, name="source"), None
-        left, right = itertools.tee(stream)
-        xs = BatchSource((_pair_part(pair, i, 0) for i, pair in enumerate(left)),
-                         self.batch_size, name="source")
-        masks = BatchSource((_pair_part(pair, i, 1) for i, pair in enumerate(right)),
-                            self.batch_size, name="mask")
-        return xs, masks
-
-    def __iter__(self):
-        """(x with 0 at missing entries as float64-or-native array, bool mask) per batch."""
-        xs, masks = self._pairs()
-        if masks is None:
-            for index, x in enumerate(xs):
-                yield index, x, None
-            return
-        xs.check_finite = False
-        mask_iter = iter(masks)
-        for index, x in enumerate(xs):
-            mask = next(mask_iter, None)
-            if mask is None:
-                raise ValueError(f"mask ended before source: no mask for source batch {index}")
-            if mask.shape != x.shape:
-                raise ValueError(f"mask batch {index} has shape {mask.shape}; expected the "
-                                 f"shape of source batch {index}, {x.shape}")
-            if mask.dtype != bool:
-                if not np.all((mask == 0) | (mask == 1)):
-                    raise TypeError(f"mask batch {index} must be bool (True = observed); got "
-                                    f"dtype {mask.dtype} with values other than 0 / 1")
-                mask = mask.astype(bool)
-            bad = int(np.sum(~np.isfinite(x) & mask))
-            if bad:
-                raise ValueError(f"source batch {index} has {bad} NaN or infinite value(s) "
-                                 "where mask is True (observed); mark them False in mask")
-            yield index, np.where(mask, x, 0), mask
-        if next(mask_iter, None) is not None:
-            raise ValueError("mask has more batches than source")
-
-
-def _chain_one(head, rest):
-    yield head
-    yield from rest
-
-
-def _pair_part(pair, index, part):
-    if not (isinstance(pair, tuple | list) and len(pair) == 2):
-        raise TypeError(f"source batch {index} must be an (x, mask) pair like batch 0; got "
-                        f"{type(pair).__name__}")
-    return pair[part]
-
-
-class _Packed:
-    """Re-iterable (rows, 2 D) arrays [x with 0 at missing, mask as 0 / 1] for ``_Pass``:
-    a padded row is all zeros, i.e. unobserved, and adds nothing to any sum."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def __iter__(self):
-        for _, x, mask in self.source:
-            obs = np.ones(x.shape, bool) if mask is None else mask
-            yield np.concatenate([np.where(obs, x, 0), obs], axis=1)
 
 
 def _unpack(packed, shift):
@@ -349,7 +240,7 @@ def _mcvq_rows(key, dtype_probe, *, num_vqs, num_states, num):
 
 
 def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key=None,
-                    temperature_schedule=None, num_iterations: int = 100,
+                    temperature_schedule=None, max_iterations: int = 100,
                     initial_temperature: float | None = None, variance_floor: float = 1e-3,
                     tol: float = 1e-6, a=None, b=None, num_restarts: int = 1, batch_size=None,
                     return_m: bool = False):
@@ -388,7 +279,7 @@ def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key
     mask : array, np.memmap, callable or iterable, optional
         Instead of pairs: a second source cut like ``source`` (an array or memmap of
         x's shape, or batches matching x's row for row), True where observed.
-    num_vqs, num_states, rng_key, temperature_schedule, num_iterations, \
+    num_vqs, num_states, rng_key, temperature_schedule, max_iterations, \
 initial_temperature, variance_floor, tol, a, b, num_restarts
         As :func:`inference.mcvq.em.fit_mcvq` (the default ``initial_temperature`` is
         max(N - 1, 1) with N counted by the first pass).
@@ -408,7 +299,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         raise MissingKeyError("fit_mcvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
-    data = _MaskedSource(source, mask, batch_size)
+    data = MaskedSource(source, mask, batch_size)
     if not data.reusable:
         raise ValueError(
             "source (or mask) is a one-shot iterator, but fit_mcvq_stream makes several passes "
@@ -437,7 +328,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     dtype = dtype_of(first)
     dim = first.shape[1]
     col_mean = obs_sum / obs_count
-    temperatures, num_iterations = core.schedule(temperature_schedule, num_iterations,
+    temperatures, num_iterations = core.schedule(temperature_schedule, max_iterations,
                                                      initial_temperature, num)
     a, b = core.priors(a, b, dim, num_vqs, num_states, dtype)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
@@ -467,7 +358,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     g, mu, sigma = (jnp.stack(parts) for parts in zip(*starts, strict=True))
     natural = jax.vmap(core.natural_parameters, (0, 0, None))(mu, sigma, shift)
 
-    passes = Pass(_Packed(data), dtype, first.shape[0], block=first.shape[0])
+    passes = Pass(Packed(data), dtype, first.shape[0], block=first.shape[0])
 
     def e_pass(natural, g, what):
         stats = kl = None
@@ -486,7 +377,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     temps = jnp.asarray(temperatures, dtype)
     params = (shift, a, b, temps, floor_d, jnp.asarray(tol, dtype))
     starts = _stream_starts(g, mu, sigma, stats, kl_m, shift, a, temps[0], floor_d)
-    runs = run_passes(STREAM_ALGORITHM, starts, _Packed(data), params, keys=keys,
+    runs = run_passes(STREAM_ALGORITHM, starts, Packed(data), params, keys=keys,
                       max_iterations=num_iterations, tol=tol, dtype=dtype)
     for count, rows in zip(np.asarray(runs.num_iterations), np.asarray(runs.trace.rows),
                            strict=True):
@@ -500,7 +391,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
                       "and variance_floor", NumericalWarning, stacklevel=2)
     if not converged:
         warnings.warn(f"fit_mcvq_stream: not converged after {it} iterations (tol={tol}); raise "
-                      "num_iterations or lengthen the schedule at T = 1",
+                      "max_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     m = None
     if return_m:
@@ -513,7 +404,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         m = jnp.asarray(np.concatenate(parts), dtype)
     return MCVQResult(
         g=state.g, m=m, mu=state.mu, sigma=state.sigma, a=a, b=b,
-        free_energy_trace=trace.objective, temperature_trace=trace.temperature,
+        trace=MCVQTrace(trace.objective, trace.temperature),
         num_iterations=it, converged=converged, variance_floor=floor,
         restart_free_energies=finals, best_restart=best, restart_converged=runs.converged)
 

@@ -70,7 +70,7 @@ def saved_iteration(path):
 
 # ---------------------------------------------------------------------------- MCVQ
 
-MCVQ_OPTIONS = dict(num_iterations=60, num_restarts=2)
+MCVQ_OPTIONS = dict(max_iterations=60, num_restarts=2)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ KILLED_SCRIPT = textwrap.dedent("""
     engine_loop._advance_jit = slow
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
                                        num_states=3).x)
-    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), num_iterations=60, num_restarts=2,
+    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), max_iterations=60, num_restarts=2,
                   checkpoint_path=sys.argv[1], checkpoint_every=3)
     print("finished", flush=True)
 """)
@@ -196,7 +196,7 @@ def test_mcvq_on_shapes_interrupted_then_resumed(tmp_path, monkeypatch):
     examples/mcvq_shapes.py), fewer starts and iterations: interrupted after two
     chunks of 10 iterations and resumed, it matches the uninterrupted fit."""
     x = np.asarray(shapes.generate(jax.random.key(0)).x_train)
-    options = dict(rng_key=jax.random.key(1), num_iterations=60, num_restarts=2,
+    options = dict(rng_key=jax.random.key(1), max_iterations=60, num_restarts=2,
                    variance_floor=0.3, tol=1e-5)
     reference = mcvq.fit_mcvq(x, 3, 5, **options)
     assert reference.num_iterations > 20  # the interruption below is mid-fit
@@ -246,7 +246,7 @@ def test_resume_from_missing_file(mcvq_data, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (dict(tol=1e-4), r"option tol differs.*tol=1e-06 there, tol=0.0001 here"),
-    (dict(num_iterations=61), r"option num_iterations differs.*=60 there.*=61 here"),
+    (dict(max_iterations=61), r"option max_iterations differs.*=60 there.*=61 here"),
     (dict(rng_key=jax.random.key(11)), r"option rng_key differs"),
     (dict(num_restarts=3), r"option num_restarts differs.*=2 there.*=3 here"),
 ])
