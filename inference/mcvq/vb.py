@@ -205,7 +205,7 @@ class VBMCVQInfo(NamedTuple):
     temperature: jax.Array
 
 
-def _centred_prior(prior: MCVQPrior, shift, dtype):
+def centred_prior(prior: MCVQPrior, shift, dtype):
     """(m0 - shift) broadcast to (D, 1, 1), beta0, a0, b0 as arrays of ``dtype``."""
     mean = jnp.reshape(jnp.broadcast_to(jnp.asarray(prior.mean, dtype), shift.shape) - shift,
                        (-1, 1, 1))
@@ -244,7 +244,7 @@ def _bound(state, natural, centred, temperature, conditional):
     return -free - jnp.sum(kl)
 
 
-def _update_parameters(state, centred, conditional):
+def update_parameters(state, centred, conditional):
     """Step 1: Q(tau) then Q(mu) from the statistics (weighted by g when factorised)."""
     m0, beta0, a0, b0 = centred
     stats = state.stats if conditional else state.stats * state.g[None, :, :, None]
@@ -296,9 +296,9 @@ def step(state: VBMCVQState, x, mask, prior: MCVQPrior, prune_threshold, tempera
     (VBMCVQState, VBMCVQInfo)
     """
     moments, shift = core.data_moments(x, mask)
-    centred = _centred_prior(prior, shift, x.dtype)
+    centred = centred_prior(prior, shift, x.dtype)
     # 1-2. Q(tau), Q(mu); type-II ML weights.
-    new = _update_parameters(state, centred, conditional)
+    new = update_parameters(state, centred, conditional)
     alpha = jnp.where(state.vq_active, jnp.mean(state.g, axis=0), 0.0)
     pi = jnp.where(state.vq_active[:, None], jnp.mean(state.m, axis=0), state.pi)
     pi = jnp.where(state.state_active, pi, 0.0)
@@ -359,7 +359,7 @@ def bound(x, mask, state: VBMCVQState, prior: MCVQPrior, temperature=1.0,
     moments, shift = core.data_moments(x, mask)
     state = state._replace(stats=core.statistics(moments, state.m))
     natural = _natural(state.mean, state.precision, state.shape, state.rate)
-    return _bound(state, natural, _centred_prior(prior, shift, x.dtype), temperature,
+    return _bound(state, natural, centred_prior(prior, shift, x.dtype), temperature,
                   conditional)
 
 
@@ -388,7 +388,7 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
     alpha = jnp.full(max_vqs, 1.0 / max_vqs, dtype)
     pi = jnp.full((max_vqs, max_states), 1.0 / max_states, dtype)
     _, shift = core.data_moments(x, mask)
-    centred = _centred_prior(prior, shift, dtype)
+    centred = centred_prior(prior, shift, dtype)
     floor = 1e-3 / centred[1]  # sigma^2 floor of the start: 1e-3 prior variances of the means
     start = em.init(rng_key, x, mask, max_vqs, max_states,
                     jnp.broadcast_to(alpha, (dim, max_vqs)), pi, floor)

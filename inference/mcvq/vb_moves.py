@@ -105,7 +105,7 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
         Data with 0 where ``mask`` is False.
     mask : bool array (N, D)
     centred : tuple
-        ``inference.mcvq.vb._centred_prior`` of the prior.
+        ``inference.mcvq.vb.centred_prior`` of the prior.
     conditional : bool
         The family of Q (static).
     """
@@ -128,7 +128,7 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
     weight, first, _ = new.stats
     new = new._replace(mean=jnp.where(weight > 0, first / jnp.maximum(weight, 1e-30), new.mean))
     for _ in range(_PARAMETER_SWEEPS):
-        new = vb._update_parameters(new, centred, conditional)
+        new = vb.update_parameters(new, centred, conditional)
     return new
 
 
@@ -165,7 +165,7 @@ def search(state: vb.VBMCVQState, rng_key, x, mask, prior, prune_threshold, temp
         (source, target) of every proposal; equal entries are refreshes.
     """
     _, shift = core.data_moments(x, mask)
-    centred = vb._centred_prior(prior, shift, x.dtype)
+    centred = vb.centred_prior(prior, shift, x.dtype)
     num_vqs = state.pi.shape[0]
     source, target = jnp.triu_indices(num_vqs)
     keys = jax.random.split(rng_key, source.shape[0])
