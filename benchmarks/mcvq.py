@@ -190,7 +190,7 @@ def race(args) -> dict:
     em_fit, em_first, em_quality = {}, {}, {}
     for name, kw in ours.items():
         fit, em_first[name] = _wall(fit_mcvq, x, k, j, rng_key=key_fit,
-                                    num_iterations=args.em_iterations, **kw)
+                                    max_iterations=args.em_iterations, **kw)
         em_fit[name] = fit
         em_quality[name] = _em_quality(x, fit)
     peers = {"svi_enum": (fit_mcvq_svi, "loglik"),
@@ -225,7 +225,7 @@ def race(args) -> dict:
     for _ in range(args.repeats):
         for name, kw in ours.items():
             em_times[name].append(_wall(fit_mcvq, x, k, j, rng_key=key_fit,
-                                        num_iterations=args.em_iterations, **kw)[1])
+                                        max_iterations=args.em_iterations, **kw)[1])
         for peer, lr in to_time:
             peer_times[(peer, lr)].append(_wall(peers[peer][0], x, k, j, rng_key=key_fit,
                                                 num_steps=args.svi_steps, step_size=lr)[1])

@@ -181,7 +181,7 @@ def _mcvq_case(size, mesh):
 
     @jax.jit
     def plain(state, x, mask):
-        new, info = mc._step(state, x, mask, a, b, temperature, floor)
+        new, info = mc.step(state, x, mask, a, b, temperature, floor)
         return new.stats, new.m, info.free_energy
 
     axis = mesh_axis(mesh)
@@ -192,7 +192,7 @@ def _mcvq_case(size, mesh):
     padded_x, padded_mask, padded_m = shard_examples(mesh, padded_x, padded_mask, padded_m)
 
     def per_shard(x, mask, m, g, mu, sigma, stats):
-        new, info = mc._step(mc.MCVQState(g, m, mu, sigma, stats), x, mask, a, b, temperature,
+        new, info = mc.step(mc.MCVQState(g, m, mu, sigma, stats), x, mask, a, b, temperature,
                              floor, axis)
         return new.stats, new.m, info.free_energy
 

@@ -86,7 +86,7 @@ def fit_best(x, key, *, num_restarts, num_iterations, variance_floor):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ZooWarning)  # counted from restart_converged
         result = inference.fit_mcvq(x, NUM_VQS, NUM_STATES, rng_key=key,
-                                    num_iterations=num_iterations,
+                                    max_iterations=num_iterations,
                                     variance_floor=variance_floor, num_restarts=num_restarts)
     return result, int(np.sum(~np.asarray(result.restart_converged)))
 
@@ -135,7 +135,7 @@ def main(argv=None):
                 "model_bits": bits.model_bits, "encoding_bits": bits.encoding_bits,
                 "pixels_per_vq": np.bincount(owner, minlength=NUM_VQS).tolist(),
                 "mean_max_g": float(np.mean(np.max(g, axis=1))),
-                "final_free_energy": float(result.free_energy_trace[-1]),
+                "final_free_energy": float(result.trace.objective[-1]),
                 "converged": result.converged, "unconverged_calls": unconverged,
                 "seconds": fit_seconds}
 

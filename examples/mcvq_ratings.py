@@ -282,7 +282,7 @@ def _fit_mcvq(x, mask, key, num_iterations, num_restarts, variance_floor):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         return inference.fit_mcvq(x, NUM_VQS, NUM_STATES, mask=mask, rng_key=key,
-                                  num_iterations=num_iterations, variance_floor=variance_floor,
+                                  max_iterations=num_iterations, variance_floor=variance_floor,
                                   num_restarts=num_restarts)
 
 
@@ -441,7 +441,7 @@ def main(argv=None):
         "mcvq": {"num_iterations": mcvq.num_iterations, "converged": mcvq.converged,
                  "seconds": mcvq_time, "movies_per_vq": segment_sizes.tolist(),
                  "mean_max_g": float(g.max(axis=1).mean()),
-                 "free_energy_trace": np.asarray(mcvq.free_energy_trace).tolist(),
+                 "free_energy_trace": np.asarray(mcvq.trace.objective).tolist(),
                  "restarts": num_restarts, "num_parameters": num_parameters,
                  "num_training_ratings": int(mask_train.sum())},
         "aspect": {"num_aspects": num_aspects, "beta": BETA, "alpha": ALPHA,

@@ -129,7 +129,7 @@ def run_seed(num_causes, num_positions, seed, *, num_examples, cands, num_folds,
         result = model_selection(data.x_train, cands, model="mcvq", criteria=CRITERIA,
                                  over_complete=OVER_COMPLETE, rng_key=key_select,
                                  num_folds=num_folds, num_restarts=restarts,
-                                 num_iterations=iterations, variance_floor=VARIANCE_FLOOR)
+                                 max_iterations=iterations, variance_floor=VARIANCE_FLOOR)
     seconds = time.perf_counter() - start
     fit = result.over_complete.fit
     num_states = [int(n) for n in fit.num_states]

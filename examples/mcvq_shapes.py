@@ -115,7 +115,7 @@ def fit_best(x, key, *, num_restarts, num_iterations, variance_floor, mask=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ZooWarning)  # counted from restart_converged
         result = inference.fit_mcvq(x, NUM_VQS, NUM_STATES, mask=mask, rng_key=key,
-                                    num_iterations=num_iterations,
+                                    max_iterations=num_iterations,
                                     variance_floor=variance_floor, num_restarts=num_restarts)
     finals = sorted(np.asarray(result.restart_free_energies).tolist())
     return result, finals, int(np.sum(~np.asarray(result.restart_converged)))
@@ -238,7 +238,7 @@ def main(argv=None):
                      "near_top": f"every offset < {shapes.NEAR_TOP}", "sizes": sizes},
         "data": {"train": list(x_train.shape), "test": list(x_test.shape)},
         "mcvq": {**mcvq_row, "purity": purity, "final_free_energy":
-                 float(result.free_energy_trace[-1]), "restart_free_energies": finals,
+                 float(result.trace.objective[-1]), "restart_free_energies": finals,
                  "num_iterations": result.num_iterations, "converged": result.converged,
                  "unconverged_starts": unconverged, "seconds": fit_seconds},
         "matched": {m: {k: v for k, v in row.items() if k != "reconstruction"}

@@ -118,7 +118,7 @@ def _fit(x, key, num_states, num_iterations):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)  # recorded as result.converged
         return inference.fit_mcvq(x, NUM_VQS, num_states, rng_key=key,
-                                  num_iterations=num_iterations)
+                                  max_iterations=num_iterations)
 
 
 def main(argv=None):
@@ -189,7 +189,7 @@ def main(argv=None):
                "fit_seconds": fit_time, "load_seconds": load_time, "g": binary,
                "segments": segs, "documents": documents,
                "rms": {"mcvq": rms_mcvq, "corpus_mean": rms_mean},
-               "free_energy_trace": np.asarray(result.free_energy_trace).tolist(),
+               "free_energy_trace": np.asarray(result.trace.objective).tolist(),
                "settings": {"quick": args.quick, "seed": args.seed,
                             "min_documents": min_documents}}
     out = Path(args.output_dir)

@@ -176,7 +176,7 @@ def fit_variant(seed, overlap, combine, *, num_examples, restarts, iterations, v
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ZooWarning)  # counted from restart_converged
         result = inference.fit_mcvq(data.x_train, NUM_CAUSES, NUM_POSITIONS, rng_key=key_fit,
-                                    num_iterations=iterations, variance_floor=variance_floor,
+                                    max_iterations=iterations, variance_floor=variance_floor,
                                     num_restarts=restarts)
     seconds = time.perf_counter() - start
     groups = pixel_groups(data.owner)
@@ -191,7 +191,7 @@ def fit_variant(seed, overlap, combine, *, num_examples, restarts, iterations, v
         "rms_test": rms_by_group(data.x_test, reconstruct(result.g, m_test, result.mu), groups),
         "shared_taken_by": shared_takers(result.g, data, purity["labels"]) if data.shared.any()
         else None,
-        "final_free_energy": float(result.free_energy_trace[-1]),
+        "final_free_energy": float(result.trace.objective[-1]),
         "unconverged_starts": int(np.sum(~np.asarray(result.restart_converged))),
         "seconds": seconds,
     }

@@ -28,7 +28,6 @@ from inference.clipped import fit as clipped_module
 from inference.clipped.fit import empirical_moments
 from inference.engine import loop as engine_loop
 from inference.engine.sharding import pad_examples, resolve_mesh
-from inference.mcvq import em as mcvq_module
 from inference.mixture import em as mixture_module
 from inference.mixture import sharded as mixture_sharded_module
 from ppl_models.diagnostics import ConvergenceWarning
@@ -67,7 +66,7 @@ WORKER = textwrap.dedent("""
             r = fit_mcvq(data["mcvq_x"], 3, 4, mask=data["mcvq_mask"],
                          rng_key=jax.random.key(10), **kwargs)
             arrays = {"g": r.g, "m": r.m, "mu": r.mu, "sigma": r.sigma,
-                      "free_energy": r.free_energy_trace}
+                      "free_energy": r.trace.objective}
         elif kind == "gvq":
             r = fit_gvq(data["gvq_x"], 5, rng_key=jax.random.key(0), **kwargs)
             arrays = {"features": r.features, "states": r.states,
@@ -92,7 +91,7 @@ CALLS = [
     # means; k-means' squared error from the assignment), summed over the devices.
     ("mix_far", "mixture", {"data": "far", "max_iterations": 15, "tol": 0.0}, "user_mesh"),
     ("mix_far_kmeans", "mixture", {"data": "far", "mode": "nearest"}, "mesh_2d"),
-    ("mcvq", "mcvq", {"num_iterations": 30, "tol": 0.0, "num_restarts": 2}, "default"),
+    ("mcvq", "mcvq", {"max_iterations": 30, "tol": 0.0, "num_restarts": 2}, "default"),
     ("gvq", "gvq", {"num_restarts": 1}, "two"),
     ("associate", "associate", {}, "user_mesh"),
     ("clipped", "clipped", {}, "list"),
@@ -138,7 +137,7 @@ def _single_device(data):
             r = fit_mcvq(data["mcvq_x"], 3, 4, mask=data["mcvq_mask"],
                          rng_key=jax.random.key(10), **kwargs)
             arrays = {"g": r.g, "m": r.m, "mu": r.mu, "sigma": r.sigma,
-                      "free_energy": r.free_energy_trace}
+                      "free_energy": r.trace.objective}
         elif kind == "gvq":
             r = fit_gvq(data["gvq_x"], 5, rng_key=jax.random.key(0), **kwargs)
             arrays = {"features": r.features, "states": r.states,
@@ -220,7 +219,6 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
     x = data["mixture_x"]
     monkeypatch.setattr(mixture_sharded_module, "_run_sharded", forbidden)
     monkeypatch.setattr(engine_loop, "_run_sharded", forbidden)
-    monkeypatch.setattr(mcvq_module, "_run_restarts_sharded", forbidden)
     monkeypatch.setattr(association_module, "_associate_sharded", forbidden)
     monkeypatch.setattr(clipped_module, "sum_over_shards", forbidden)
     calls = []
@@ -238,7 +236,7 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         assert fit_mcvq(data["mcvq_x"], 3, 4, rng_key=jax.random.key(1),
-                        num_iterations=3).m.shape == (NUM, 3, 4)
+                        max_iterations=3).m.shape == (NUM, 3, 4)
     assert fit_clipped_gaussian(data["clipped_s"], 3).weights.shape == (8, 3)
 
 

@@ -297,7 +297,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
         Passed to ``fit_vb_mcvq`` / ``fit_vb_mixture`` (``prune_threshold``,
         ``max_iterations``, priors, ...).
     **fit_options
-        Passed to ``fit_mcvq`` / ``fit_mixture`` (``num_iterations``,
+        Passed to ``fit_mcvq`` / ``fit_mixture`` (``max_iterations``,
         ``max_iterations``, ``reg_covar``, ...).
 
     Returns

@@ -155,17 +155,25 @@ class Checkpointing(NamedTuple):
     options : dict
         What determines the fit's result, saved with the checkpoint and checked on
         resume (:func:`prepare`'s ``saved``).
+    resumed : dict, optional
+        A checkpoint the fit has loaded already (for fits whose checkpoints hold more
+        than one loop, e.g. the phases of the VB-MCVQ fit).
+    extra : dict, optional
+        Entries saved beside the loop carry (e.g. the phase of a fit).
     """
 
     path: pathlib.Path | None
     every: int | None
     resume: pathlib.Path | None
     options: dict
+    resumed: dict | None = None
+    extra: dict | None = None
 
     def chunk_arguments(self, kind: str) -> dict:
         """The keyword arguments of :func:`run_chunks` for a fit named ``kind``."""
         return dict(kind=kind, options=self.options, checkpoint_path=self.path,
-                    checkpoint_every=self.every, resume_from=self.resume)
+                    checkpoint_every=self.every, resume_from=self.resume,
+                    resumed=self.resumed, extra=self.extra)
 
 
 def checkpointing(checkpoint_path, checkpoint_every, resume_from, options: dict, *, data,

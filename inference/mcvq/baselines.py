@@ -74,6 +74,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceEnum_ELBO
 
 from inference.engine.progress import progress
+from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
 from ppl_models import mcvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -141,8 +142,8 @@ def _exact_log_likelihood(x, mask, mu, sigma, a, b, batch_size):
 
 def _prepare(x, mask, mu, a, b, name="x"):
     dim, num_vqs, num_states = jnp.shape(mu)
-    x, mask = mcvq_fit._check_observed(x, mask, name, dim=dim)
-    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, mu.dtype)
+    x, mask = core.check_observed(x, mask, name, dim=dim)
+    a, b = core.priors(a, b, dim, num_vqs, num_states, mu.dtype)
     return jnp.asarray(x, mu.dtype), mask, a, b
 
 
@@ -189,11 +190,11 @@ def _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations):
     temperature = x.shape[0]
 
     def body(_, g):
-        m = mcvq_fit._e_step(ell, g, b)
-        return mcvq_fit._g_step(ell, m, a, temperature)
+        m = core.reference_e_step(ell, g, b)
+        return core.reference_g_step(ell, m, a, temperature)
 
     g = jax.lax.fori_loop(0, num_iterations, body, g)
-    return g, mcvq_fit._e_step(ell, g, b)
+    return g, core.reference_e_step(ell, g, b)
 
 
 def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
@@ -285,7 +286,7 @@ def score_mcvq(x, g, m, mu, sigma, *, mask=None, x_heldout=None, mask_heldout=No
     if x_heldout is not None:
         xh, mh, _, _ = _prepare(x_heldout, mask_heldout, mu, a, b, "x_heldout")
         heldout = float(jnp.mean(exact_log_likelihood(xh, mu, sigma, mask=mh, a=a, b=b)))
-        m_heldout = mcvq_fit._infer(xh, mh, g, mu, sigma, b)
+        m_heldout = core.infer(xh, mh, g, mu, sigma, b)
         residual = jnp.where(mh, xh - mcvq_fit.reconstruct(g, m_heldout, mu), 0.0)
         rms = float(jnp.sqrt(jnp.sum(residual ** 2) / jnp.sum(mh)))
     return MCVQScore(train, heldout, elbo, rms)
@@ -478,7 +479,7 @@ def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
     check_rng_key(rng_key)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")
-    x, mask = mcvq_fit._check_observed(x, mask, "x")
+    x, mask = core.check_observed(x, mask, "x")
     num, dim = x.shape
     check_enumerable(num, dim, num_vqs, num_states, caller)
     for axis, what in ((1, "example(s) {} (rows of x)"), (0, "dimension(s) {} (columns of x)")):
@@ -511,7 +512,7 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, varianc
                                                    caller)
     num, dim = x.shape
     x = jnp.asarray(x)
-    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, x.dtype)
+    a, b = core.priors(a, b, dim, num_vqs, num_states, x.dtype)
     floor = _floor(x, mask, variance_floor)
     lower = jnp.asarray(np.sqrt(floor), x.dtype)
     # The start of fit_mcvq for this key; sigma strictly inside the open constraint.

@@ -95,9 +95,9 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
     for key, (schedule, label) in schedules.items():
         steps.set_postfix_str(label)
         fit, t, t0, notes = timed(fit_mcvq, x, num_vqs, num_states, rng_key=key_fit,
-                                  num_iterations=em_iterations, temperature_schedule=schedule)
+                                  max_iterations=em_iterations, temperature_schedule=schedule)
         add(key, label, "ours", fit, fit.g, fit.m, t, t0, fit.converged,
-            -fit.free_energy_trace / num_examples, {"iterations": fit.num_iterations}, notes)
+            -fit.trace.objective / num_examples, {"iterations": fit.num_iterations}, notes)
         steps.update()
 
     steps.set_postfix_str("SVI")

@@ -1,62 +1,12 @@
-"""Variational EM for Multiple Cause Vector Quantization (seed 004 sec. 3; MODELS.md 4.2).
+"""Multiple Cause Vector Quantization fitted by the paper's annealed variational EM
+(seed 004 sec. 3; MODELS.md 4.2): the public fit.
 
-The posterior over the selections of the MCVQ program (``ppl_models.mcvq``)
-is approximated by Q(R, S | x^c) = prod_dk g_dk^{r_dk} prod_kj (m^c_kj)^{s_kj},
-with g (D, K) shared by all examples (the paper's consistency constraint) and
-m^c (K, J) per example. The likelihood terms
-
-    ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj)        (N, D, K, J), 0 where x^c_d is missing
-
-are read from the program: it is traced with r and s conditioned to every
-(VQ k, state j) pair, so that the model stays the single source of truth.
-:func:`likelihood_terms` returns the whole (N, D, K, J) array (the reference,
-used by :func:`free_energy` and the tests); the EM iteration never forms it.
-It reads only the Gaussian's loc and scale per (d, k, j) from the program's
-observed site (:func:`gaussian_parameters`) and expands the square,
-
-    ell^c_dkj = o^c_d [c_dkj + x^c_d beta_dkj + (x^c_d)^2 alpha_dkj],
-    alpha = 1 / (2 sigma^2), beta = -mu / sigma^2, c = log(sqrt(2 pi) sigma) + mu^2 / (2 sigma^2),
-
-with o^c_d = 1 where x^c_d is observed and 0 where it is missing, so every sum
-over d or over c that the updates need is a matrix product of the (N, 3D)
-moments [o, o x, o x^2] with (3D, K J) weights: the E-step energies
-sum_d g_dk ell^c_dkj, and the statistics sum_c m^c_kj [o, o x, o x^2]_d from
-which the g-step, the M-step and F follow (x is centred per dimension first, on
-its observed mean, so that x^2 does not lose float32 precision to the offset;
-the density is unchanged by the shift). One iteration costs about 6 N D K J
-multiply-adds in two matrix products and holds (N, 3D) and (N, K, J) arrays,
-not (N, D, K, J) ones; the tests check every quantity against the reference.
-With a temperature T the algorithm lowers
-
-    F_T = sum_c sum_kj m^c_kj log(m^c_kj / b_kj) + T sum_dk g_dk log(g_dk / a_dk)
-          + sum_c sum_dkj g_dk m^c_kj ell^c_dkj.
-
-F_C (T = number of examples) is the paper's free energy, the negative ELBO of the
-per-example program (``model(shared_r=False)``) under the factorised guide;
-F_1 is the negative ELBO of the shared-r program (``model(shared_r=True)``).
-Both identities are tested exactly by enumeration. Every update is the exact
-minimiser of F_T in its block, so F_T never increases at fixed T:
-
-* E-step: m^c_kj ∝ b_kj exp(-sum_d g_dk ell^c_dkj)                  (normalised over j)
-* g-step: g_dk ∝ a_dk exp(-(1/T) sum_{c,j} m^c_kj ell^c_dkj)          (normalised over k)
-* M-step: mu_dkj, sigma^2_dkj = mean and variance of x^c_d weighted by m^c_kj
-  over the examples c that observe d (from the statistics: W = sum m o,
-  S1 = sum m o x, S2 = sum m o x^2, mu = S1 / W, sigma^2 = S2 / W - mu^2 in
-  the centred coordinates); sigma^2 is floored at ``variance_floor``
-  times the data's mean variance (the floored value is the constrained minimiser).
-
-The paper replaces 1/C by an inverse temperature 1/T annealed "linearly from an
-integer less than C to 1" (sec. 3, sec. 5.1): from the per-example model,
-where r may differ between examples, to the one where r is the same for all
-(:func:`linear_schedule`). Missing entries (``mask`` False) drop out of every
-sum over c (sec. 5.2). Reconstruction (sec. 3):
-x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj (:func:`reconstruct`); m for new
-examples with the parameters fixed is one E-step (:func:`infer_states`).
-
-Iteration order in :func:`step`: g-step and M-step from the current m (and the
-ell of the current parameters), then ell of the new parameters and the E-step;
-the recorded F_T is at the new state, so every iterate has m matched to its
-parameters.
+The mathematics (the free energy F_T, the E-, g- and M-steps from the statistics,
+the start, the temperature schedule) is in :mod:`inference.mcvq.core`; this module
+runs it on the engine (:mod:`inference.engine.loop`: restarts, convergence, trace,
+checkpoints, sharding), dispatches streams to :mod:`inference.mcvq.stream`, and
+builds the result. The names of :mod:`inference.mcvq.core` that the fit's users
+need are re-exported here.
 
 References
 ----------
@@ -73,640 +23,121 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import xlogy
-from jax.sharding import PartitionSpec as P
-from numpyro import handlers
 
-from inference.engine import host
-from inference.engine.sharding import (
-    map_shards,
-    mesh_axis,
-    mesh_size,
-    pad_examples,
-    psum,
-    resolve_mesh,
-    shard_examples,
+from inference.engine import checkpoint
+from inference.engine.loop import Algorithm, run, select
+from inference.engine.sharding import resolve_mesh
+from inference.mcvq import stream as streaming_fits
+from inference.mcvq.core import (
+    MCVQInfo,
+    MCVQState,
+    check_observed,
+    data_moments,
+    e_step,
+    free_energy,
+    free_energy_from_statistics,
+    gaussian_parameters,
+    infer,
+    init,
+    likelihood_terms,
+    linear_schedule,
+    natural_parameters,
+    priors,
+    reconstruct,
+    schedule,
+    step,
 )
-from inference.program.handlers import map_gaussian
-from ppl_models import mcvq
+from inference.mcvq.result import MCVQResult, MCVQTrace
+from inference.mcvq.sources import is_masked_stream
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
-    check_data,
     check_positive,
     check_positive_int,
     check_rng_key,
-    is_traced,
 )
 
-__all__ = ["MCVQState", "MCVQInfo", "MCVQResult", "fit_mcvq", "init", "step",
-           "likelihood_terms", "gaussian_parameters", "free_energy", "infer_states",
-           "reconstruct", "linear_schedule"]
+__all__ = ["MCVQState", "MCVQInfo", "MCVQResult", "MCVQLoopState", "MCVQLoopInfo", "ALGORITHM",
+           "engine_step", "fit_mcvq", "init", "step", "likelihood_terms",
+           "gaussian_parameters", "free_energy", "infer_states", "reconstruct",
+           "linear_schedule", "schedule", "e_step"]
 
 
-class MCVQState(NamedTuple):
-    """State of the variational EM.
-
-    Attributes
-    ----------
-    g : array (D, K)
-        Q(r_d = k), shared by all examples.
-    m : array (N, K, J)
-        Q(s^c_k = j) per example.
-    mu, sigma : arrays (D, K, J)
-    stats : array (3, D, K, J)
-        sum_c m^c_kj [o^c_d, o^c_d x^c_d, o^c_d (x^c_d)^2] of the current m, x centred
-        on its observed mean per dimension (module docstring).
-    """
+class MCVQLoopState(NamedTuple):
+    """One start's state in the engine's loop (:mod:`inference.engine.loop`): the EM state
+    (:class:`MCVQState`'s fields), the iteration (it picks the temperature) and the
+    previous F_T (the convergence test)."""
 
     g: jax.Array
     m: jax.Array
     mu: jax.Array
     sigma: jax.Array
     stats: jax.Array
+    iteration: jax.Array
+    previous: jax.Array
 
 
-class MCVQInfo(NamedTuple):
-    """What one :func:`step` reports.
+class MCVQLoopInfo(NamedTuple):
+    """One iteration as the engine records it: F_T (``objective``), the temperature, and
+    whether F_T changed by at most ``tol`` at an unchanged temperature."""
 
-    Attributes
-    ----------
-    free_energy : scalar
-        F_T at the new state and the step's temperature.
-    temperature : scalar
-    """
-
-    free_energy: jax.Array
+    objective: jax.Array
     temperature: jax.Array
+    converged: jax.Array
 
 
-class MCVQResult(NamedTuple):
-    """Result of :func:`fit_mcvq`.
+def engine_step(rng_key, state: MCVQLoopState, data, params, *, shard=None):
+    """:func:`step` at the schedule's temperature of ``state.iteration``, for the engine.
 
-    Attributes
-    ----------
-    g : array (D, K)
-        Q(r_d = k): which VQ explains each dimension.
-    m : array (N, K, J)
-        Q(s^c_k = j) of every training example, matched to the final parameters.
-    mu, sigma : arrays (D, K, J)
-    a : array (D, K)
-    b : array (K, J)
-        The selection priors used (fixed, not learnt; uniform unless given).
-    free_energy_trace : array (num_iterations,)
-        F_T after each iteration at that iteration's temperature (module docstring);
-        non-increasing where the temperature stays the same.
-    temperature_trace : array (num_iterations,)
-    num_iterations : int
-    converged : bool
-        The relative change of F_T fell to ``tol`` at a constant temperature.
-    variance_floor : float
-        The absolute floor on sigma^2 that was used.
-    restart_free_energies : array (num_restarts,)
-        Final F_T of every start, all at the last temperature of the schedule
-        (the result is the start with the lowest); one entry without restarts.
-    best_restart : int
-        Index of the kept start (0 without restarts).
-    restart_converged : bool array (num_restarts,)
-        The ``converged`` flag of every start.
+    ``data`` is ``(x, mask)``; ``params`` is ``(a, b, temperatures, floor, tol)``. The
+    start has converged when the relative change of F_T (to max(|F_T|, 1)) is at most
+    ``tol`` and the temperature equals the previous iteration's. With a ``shard`` every
+    sum over examples is added over the devices (:func:`step`).
     """
-
-    g: jax.Array
-    m: jax.Array
-    mu: jax.Array
-    sigma: jax.Array
-    a: jax.Array
-    b: jax.Array
-    free_energy_trace: jax.Array
-    temperature_trace: jax.Array
-    num_iterations: int
-    converged: bool
-    variance_floor: float
-    restart_free_energies: jax.Array | None = None
-    best_restart: int = 0
-    restart_converged: jax.Array | None = None
-
-
-def likelihood_terms(x, mask, mu, sigma, *, model=None):
-    """ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj) from the program, (N, D, K, J).
-
-    The program (default ``ppl_models.mcvq.model``) is traced once per (k, j),
-    vmapped, with every r^c_d conditioned to k and every s^c_k to j, and the
-    observed site's masked log-probability is read off; entries where ``mask``
-    is False are 0.
-    """
-    model = mcvq.model if model is None else model
-    num, dim = x.shape
-    num_vqs, num_states = mu.shape[1:]
-
-    def log_prob(k, j):
-        program = handlers.condition(model, {"r": jnp.full((num, dim), k),
-                                             "s": jnp.full((num, num_vqs), j)})
-        site = handlers.trace(program).get_trace(x, mask=mask, mu=mu, sigma=sigma)["x"]
-        value = site["fn"].log_prob(site["value"])
-        return value if site["scale"] is None else site["scale"] * value
-
-    ks = jnp.repeat(jnp.arange(num_vqs), num_states)
-    js = jnp.tile(jnp.arange(num_states), num_vqs)
-    values = jax.vmap(log_prob)(ks, js)  # (K J, N, D)
-    return -jnp.moveaxis(values.reshape(num_vqs, num_states, num, dim), (0, 1), (2, 3))
-
-
-def gaussian_parameters(mu, sigma, *, model=None):
-    """loc and scale (D, K, J) of the observed site for every (d, k, j), read from the program.
-
-    One trace of the program (default ``ppl_models.mcvq.model``) on K J virtual
-    examples, example (k, j) with every r_d conditioned to k and every s to j,
-    so that its x_d has the Gaussian of state j of VQ k. Raises ``ValueError``
-    if the observed site has no ``Normal`` core.
-    """
-    model = mcvq.model if model is None else model
-    dim, num_vqs, num_states = jnp.shape(mu)
-    count = num_vqs * num_states
-    ks = jnp.repeat(jnp.arange(num_vqs), num_states)
-    js = jnp.tile(jnp.arange(num_states), num_vqs)
-    program = handlers.condition(model, {"r": jnp.broadcast_to(ks[:, None], (count, dim)),
-                                         "s": jnp.broadcast_to(js[:, None], (count, num_vqs))})
-    site = handlers.trace(program).get_trace(jnp.zeros((count, dim), jnp.result_type(mu)),
-                                             mu=mu, sigma=sigma)["x"]
-    cores = []
-    map_gaussian(site["fn"], lambda normal: cores.append(normal) or normal)
-    if not cores:
-        raise ValueError("the program's observed site 'x' has no Normal core; got "
-                         f"{type(site['fn']).__name__}")
-    shape = (num_vqs, num_states, dim)
-    loc, scale = (jnp.broadcast_to(v, (count, dim)).reshape(shape)
-                  for v in (cores[0].loc, cores[0].scale))
-    return jnp.moveaxis(loc, -1, 0), jnp.moveaxis(scale, -1, 0)
-
-
-def _moments(x, mask, axis_name=None):
-    """The (N, 3D) moments [o, o xc, o xc^2] and the shift (D,): xc = x - observed mean.
-
-    ``axis_name``: x is one device's rows (inside ``shard_map``); the observed mean
-    is over all devices' rows.
-    """
-    obs = mask.astype(x.dtype)
-    shift = (psum(jnp.sum(obs * x, axis=0), axis_name)
-             / jnp.maximum(psum(jnp.sum(obs, axis=0), axis_name), 1.0))
-    centred = obs * (x - shift)
-    return jnp.concatenate([obs, centred, centred * centred], axis=1), shift
-
-
-def _natural(mu, sigma, shift):
-    """(3, D, K, J): ell^c_dkj = o (c + xc beta + xc^2 alpha), loc and scale from the program."""
-    loc, scale = gaussian_parameters(mu, sigma)
-    loc = loc - shift[:, None, None]
-    precision = 1.0 / jnp.square(scale)
-    constant = 0.5 * jnp.log(2.0 * jnp.pi) + jnp.log(scale) + 0.5 * jnp.square(loc) * precision
-    return jnp.stack([constant, -loc * precision, 0.5 * precision])
-
-
-def _energies(moments, natural, g):
-    """sum_d g_dk ell^c_dkj, (N, K, J), as one (N, 3D) x (3D, K J) product."""
-    _, dim, num_vqs, num_states = natural.shape
-    weights = (natural * g[None, :, :, None]).reshape(3 * dim, num_vqs * num_states)
-    return (moments @ weights).reshape(-1, num_vqs, num_states)
-
-
-def _statistics(moments, m, axis_name=None):
-    """sum_c m^c_kj [o, o xc, o xc^2]^c_d, (3, D, K, J), as one (3D, N) x (N, K J) product.
-
-    ``axis_name``: one device's rows, summed over the devices (``psum``).
-    """
-    num, num_vqs, num_states = m.shape
-    stats = (moments.T @ m.reshape(num, -1)).reshape(3, -1, num_vqs, num_states)
-    return psum(stats, axis_name)
-
-
-def _kl_terms(g, m, a, b, temperature, axis_name=None):
-    # A padded example (nothing observed) has m = b: its term is exactly zero.
-    return (psum(jnp.sum(xlogy(m, m) - xlogy(m, b)), axis_name)
-            + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)))
-
-
-def _fast_free_energy(stats, natural, g, m, a, b, temperature, axis_name=None):
-    """F_T from the statistics of m (module docstring)."""
-    expected = jnp.sum(stats * natural, axis=(0, 3))  # (D, K): sum_cj m ell
-    return _kl_terms(g, m, a, b, temperature, axis_name) + jnp.sum(g * expected)
-
-
-def _fast_e_step(moments, natural, g, b):
-    return jax.nn.softmax(jnp.log(b) - _energies(moments, natural, g), axis=-1)
-
-
-def _fast_g_step(stats, natural, a, temperature):
-    expected = jnp.sum(stats * natural, axis=(0, 3))  # (D, K)
-    return jax.nn.softmax(jnp.log(a) - expected / temperature, axis=-1)
-
-
-def _fast_m_step(stats, mu, sigma, shift, floor):
-    """Means and floored variances from the statistics; states no example uses keep theirs."""
-    weight, first, second = stats
-    used = weight > 1e-10
-    safe = jnp.where(used, weight, 1.0)
-    mean = first / safe
-    var = second / safe - jnp.square(mean)
-    new_mu = jnp.where(used, mean + shift[:, None, None], mu)
-    new_sigma = jnp.where(used, jnp.sqrt(jnp.maximum(var, floor)), sigma)
-    return new_mu, new_sigma
-
-
-def _e_step(ell, g, b):
-    """m^c_kj ∝ b_kj exp(-sum_d g_dk ell^c_dkj)."""
-    return jax.nn.softmax(jnp.log(b) - jnp.einsum("dk,cdkj->ckj", g, ell), axis=-1)
-
-
-def _g_step(ell, m, a, temperature):
-    """g_dk ∝ a_dk exp(-(1/T) sum_{c,j} m^c_kj ell^c_dkj)."""
-    return jax.nn.softmax(jnp.log(a) - jnp.einsum("ckj,cdkj->dk", m, ell) / temperature,
-                          axis=-1)
-
-
-def _free_energy(ell, g, m, a, b, temperature):
-    """F_T from the full likelihood terms (the reference form)."""
-    return _kl_terms(g, m, a, b, temperature) + jnp.einsum("dk,ckj,cdkj->", g, m, ell)
-
-
-def free_energy(x, g, m, mu, sigma, *, mask=None, a=None, b=None, temperature=None):
-    """F_T of the module docstring (a scalar); ``temperature`` defaults to N (the paper's F).
-
-    F_N is the negative ELBO of ``ppl_models.mcvq.model`` under the factorised
-    guide (g, m); F_1 that of ``model(shared_r=True)``. ``x`` may hold NaN where
-    ``mask`` is False.
-    """
-    x = jnp.asarray(x)
-    mask = np.ones(x.shape, bool) if mask is None else mask
-    num_vqs, num_states = jnp.shape(mu)[1:]
-    a, b = _priors(a, b, x.shape[1], num_vqs, num_states, x.dtype)
-    temperature = x.shape[0] if temperature is None else temperature
-    return _free_energy_of_data(x, mask, g, m, mu, sigma, a, b, temperature)
-
-
-@jax.jit
-def _free_energy_of_data(x, mask, g, m, mu, sigma, a, b, temperature):
-    mask = jnp.asarray(mask, bool)
-    x = jnp.where(mask, x, 0.0)
-    return _free_energy(likelihood_terms(x, mask, mu, sigma), g, m, a, b, temperature)
-
-
-def reconstruct(g, m, mu):
-    """x_hat^c_d = sum_k g_dk sum_j m^c_kj mu_dkj, (N, D) (sec. 3: the mean of the mixture).
-
-    ``g`` (D, K), ``m`` (N, K, J), ``mu`` (D, K, J); raises ``ValueError`` naming the
-    argument whose shape disagrees with ``mu``'s.
-    """
-    if jnp.ndim(mu) != 3:
-        raise ValueError(f"mu must have shape (D, K, J); got shape {jnp.shape(mu)}")
-    dim, k, j = jnp.shape(mu)
-    if jnp.shape(g) != (dim, k):
-        raise ValueError(f"g must have shape (D, K) = {(dim, k)} like mu; got {jnp.shape(g)}")
-    if jnp.ndim(m) != 3 or jnp.shape(m)[1:] != (k, j):
-        raise ValueError(f"m must have shape (N, K, J) with (K, J) = {(k, j)} like mu; got "
-                         f"{jnp.shape(m)}")
-    return jnp.einsum("dk,ckj,dkj->cd", g, m, mu)
-
-
-def init(rng_key, x, mask, num_vqs: int, num_states: int, a, b, floor) -> MCVQState:
-    """Initial state: mu from random examples, sigma the data's spread, g a random partition.
-
-    ``x`` holds 0 where ``mask`` is False. mu[:, k, j] is a random example
-    (its missing entries replaced by the observed column mean) plus 10% of the
-    column standard deviation of noise; sigma is the column standard deviation;
-    g is a random partition of the dimensions drawn from a, softened
-    (0.9 one-hot + 0.1 / K, times a, normalised); m is the E-step from these.
-    *Choice*: the paper does not state its start. Starting from a partition
-    lets each VQ cluster the examples on its own dimensions. Variational EM
-    has local optima (typically a VQ left with no dimension, two planted
-    groups merged): fit from several keys and keep the lowest final free
-    energy (see ``tests/test_mcvq.py`` for measured recovery rates).
-    """
-    return _init(rng_key, x, mask, num_vqs, num_states, a, b, floor)
-
-
-def _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name=None,
-          num_examples=None):
-    """:func:`init`; with ``axis_name``, x and ``mask`` are one device's rows of the
-    ``num_examples`` (padded with unobserved rows, inside ``shard_map``): the column
-    statistics are summed over the devices and each picked example is taken from the
-    device that holds it."""
-    num, dim = x.shape
-    if axis_name is not None:
-        num = num_examples
-    # One uniform draw for everything (each jax.random call costs compile time).
-    sizes = (num_vqs * num_states, dim * num_vqs * num_states, dim * num_vqs)
-    tiny = jnp.finfo(x.dtype).tiny
-    u = jax.random.uniform(rng_key, (sum(sizes),), x.dtype, minval=tiny, maxval=1.0 - 1e-7)
-    u_rows, u_mu, u_g = jnp.split(u, np.cumsum(sizes)[:-1])
-    obs = mask.astype(x.dtype)
-    count = psum(jnp.sum(obs, axis=0), axis_name)
-    mean = psum(jnp.sum(obs * x, axis=0), axis_name) / count
-    std = jnp.sqrt(jnp.maximum(psum(jnp.sum(obs * (x - mean) ** 2, axis=0), axis_name) / count,
-                               floor))
-    filled = jnp.where(mask, x, mean)
-    rows = jnp.minimum((u_rows * num).astype(jnp.int32), num - 1).reshape(num_vqs, num_states)
-    if axis_name is None:
-        picked = filled[rows]
-    else:  # the device holding global row r contributes it, the others zeros
-        local = rows - jax.lax.axis_index(axis_name) * x.shape[0]
-        here = (local >= 0) & (local < x.shape[0])
-        picked = psum(jnp.where(here[..., None], filled[jnp.clip(local, 0, x.shape[0] - 1)],
-                                0.0), axis_name)
-    mu = jnp.moveaxis(picked, -1, 0)  # (D, K, J)
-    noise = jax.scipy.special.ndtri(u_mu).reshape(mu.shape)
-    mu = mu + 0.1 * std[:, None, None] * noise
-    sigma = jnp.broadcast_to(std[:, None, None], mu.shape)
-    # A random partition r_d ~ a_d (Gumbel-max), softened: g = 0.9 onehot + 0.1 / K, times a.
-    gumbel = -jnp.log(-jnp.log(u_g.reshape(a.shape)))
-    part = jax.nn.one_hot(jnp.argmax(jnp.log(a) + gumbel, axis=-1), num_vqs, dtype=x.dtype)
-    g = a * (0.9 * part + 0.1 / num_vqs)
-    g = g / jnp.sum(g, axis=-1, keepdims=True)
-    moments, shift = _moments(x, mask, axis_name)
-    m = _fast_e_step(moments, _natural(mu, sigma, shift), g, b)
-    return MCVQState(g, m, mu, sigma, _statistics(moments, m, axis_name))
-
-
-def step(state: MCVQState, x, mask, a, b, temperature, floor):
-    """One iteration: g-step and M-step from the current m, then the E-step; pure and jittable.
-
-    Returns ``(new_state, MCVQInfo)``; ``x`` holds 0 where ``mask`` is False.
-    """
-    return _step(state, x, mask, a, b, temperature, floor)
-
-
-def _step(state, x, mask, a, b, temperature, floor, axis_name=None):
-    """:func:`step`; with ``axis_name`` x, ``mask`` and m are one device's rows and every sum
-    over examples (the shift, the statistics, the KL of m) is added over the devices."""
-    moments, shift = _moments(x, mask, axis_name)
-    g = _fast_g_step(state.stats, _natural(state.mu, state.sigma, shift), a, temperature)
-    mu, sigma = _fast_m_step(state.stats, state.mu, state.sigma, shift, floor)
-    natural = _natural(mu, sigma, shift)
-    m = _fast_e_step(moments, natural, g, b)
-    stats = _statistics(moments, m, axis_name)
-    energy = _fast_free_energy(stats, natural, g, m, a, b, temperature, axis_name)
-    return MCVQState(g, m, mu, sigma, stats), MCVQInfo(energy, jnp.asarray(temperature, x.dtype))
-
-
-def _run(rng_key, x, mask, a, b, temperatures, num_iterations, floor, tol, *, num_vqs,
-         num_states, axis_name=None, num_examples=None):
-    """The driver; ``temperatures`` is padded (see :func:`_bucket`), ``num_iterations`` traced.
-
-    Returns ``(state, iterations, converged, energies, final)``, ``final`` being F_T
-    of the last state at the schedule's last temperature (so that starts which
-    stopped at different iterations compare). ``axis_name``, ``num_examples``: the
-    sharded run (:func:`_init`, :func:`_step`).
-    """
-    carry = _start(rng_key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
-                   num_states=num_states, axis_name=axis_name, num_examples=num_examples)
-    carry = _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol,
-                     num_iterations, axis_name)
-    return _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name)
-
-
-def _start(rng_key, x, mask, a, b, temperatures, floor, *, num_vqs, num_states, axis_name=None,
-           num_examples=None):
-    """The loop carry before the first iteration: (state, it, previous F_T, done, energies)."""
-    state = _init(rng_key, x, mask, num_vqs, num_states, a, b, floor, axis_name, num_examples)
-    energy0 = jnp.full(temperatures.shape[0], jnp.nan, x.dtype)
-    return (state, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, x.dtype), jnp.asarray(False),
-            energy0)
-
-
-def _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
-             axis_name=None):
-    """The EM loop from ``carry`` until done or at iteration min(``num_iterations``, ``stop_at``).
-
-    ``stop_at`` (traced) splits the fit into chunks for checkpoints
-    (:mod:`inference.engine.checkpoint`); an iteration depends only on the carry and its
-    index, so the chunks give the one-chunk result bit for bit.
-    """
-    def body(carry):
-        state, it, prev, _, energies = carry
-        temperature = temperatures[it]
-        state, info = _step(state, x, mask, a, b, temperature, floor, axis_name)
-        same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
-        change = jnp.abs(prev - info.free_energy) / jnp.maximum(jnp.abs(info.free_energy), 1.0)
-        done = same & (change <= tol)
-        return state, it + 1, info.free_energy, done, energies.at[it].set(info.free_energy)
-
-    bound = jnp.minimum(num_iterations, stop_at)
-
-    def running(carry):
-        return (~carry[3]) & (carry[1] < bound)
-
-    return jax.lax.while_loop(running, body, carry)
-
-
-def _finish(carry, x, mask, a, b, temperatures, num_iterations, axis_name=None):
-    """``(state, iterations, converged, energies, final)`` from the last carry (:func:`_run`)."""
-    state, it, _, done, energies = carry
-    last = temperatures[num_iterations - 1]
-    moments, shift = _moments(x, mask, axis_name)
-    final = _fast_free_energy(state.stats, _natural(state.mu, state.sigma, shift), state.g,
-                              state.m, a, b, last, axis_name)
-    return state, it, done, energies, final
+    del rng_key  # deterministic
+    x, mask = data
+    a, b, temperatures, floor, tol = params
+    axis = None if shard is None else shard.axis_name
+    it = state.iteration
+    temperature = temperatures[it]
+    new, info = step(MCVQState(*state[:5]), x, mask, a, b, temperature, floor, axis)
+    same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
+    change = (jnp.abs(state.previous - info.free_energy)
+              / jnp.maximum(jnp.abs(info.free_energy), 1.0))
+    return (MCVQLoopState(*new, it + 1, info.free_energy),
+            MCVQLoopInfo(info.free_energy, info.temperature, same & (change <= tol)))
+
+
+#: The annealed variational EM as an engine algorithm (m holds one row per example).
+ALGORITHM = Algorithm(engine_step, name="fit_mcvq", rows=("m",))
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size"))
-def _start_restarts(rng_keys, x, mask, a, b, temperatures, floor, *, num_vqs, num_states,
-                    batch_size):
-    """:func:`_start` mapped over the keys of several starts (stacked carries)."""
-    def start(key):
-        return _start(key, x, mask, a, b, temperatures, floor, num_vqs=num_vqs,
-                      num_states=num_states)
+def _init_starts(keys, x, mask, a, b, floor, *, num_vqs, num_states, batch_size):
+    """:func:`init` of every start, ``batch_size`` at a time, as engine states."""
+    def one(key):
+        state = init(key, x, mask, num_vqs, num_states, a, b, floor)
+        return MCVQLoopState(*state, jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, x.dtype))
 
-    return jax.lax.map(start, rng_keys, batch_size=batch_size)
-
-
-@functools.partial(jax.jit, static_argnames=("batch_size",))
-def _advance_restarts(carries, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at,
-                      *, batch_size):
-    """:func:`_advance` mapped over the stacked carries of several starts.
-
-    ``lax.map`` runs ``batch_size`` starts at a time, vmapped: a vmapped loop runs
-    until its slowest start is done, so on a CPU one at a time (``batch_size=1``)
-    wastes nothing; larger batches suit accelerators.
-    """
-    def advance(carry):
-        return _advance(carry, x, mask, a, b, temperatures, num_iterations, floor, tol, stop_at)
-
-    return jax.lax.map(advance, carries, batch_size=batch_size)
+    return jax.lax.map(one, keys, batch_size=batch_size)
 
 
 @functools.partial(jax.jit, static_argnames=("batch_size",))
-def _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations, *, batch_size):
-    """:func:`_finish` of every start; returns the stacked outputs of :func:`_run`."""
-    def finish(carry):
-        return _finish(carry, x, mask, a, b, temperatures, num_iterations)
+def _final_energies(states, x, mask, a, b, temperature, *, batch_size):
+    """F_T of every start's last state at the schedule's last ``temperature`` (so that
+    starts which stopped at different iterations compare)."""
+    moments, shift = data_moments(x, mask)
 
-    return jax.lax.map(finish, carries, batch_size=batch_size)
+    def one(state):
+        return free_energy_from_statistics(
+            state.stats, natural_parameters(state.mu, state.sigma, shift), state.g, state.m, a,
+            b, temperature)
 
-
-def _run_checkpointed(args, options, *, checkpoint_path, checkpoint_every, resume_from, rng_key,
-                      num_restarts, variance_floor, tol_option):
-    """The single-device fit of every start through :func:`inference.engine.checkpoint.run_chunks`.
-
-    ``args``: (keys, x, mask, a, b, temperatures, num_iterations, floor, tol);
-    ``options``: num_vqs, num_states, batch_size. Returns the stacked outputs of
-    :func:`_run`. Without checkpoint options the loop runs as one chunk
-    (``stop_at = num_iterations``); the saved options are what determines the result
-    (``rng_key`` and the SHA-256 of x and mask included).
-    """
-    from inference.engine import checkpoint
-
-    keys, x, mask, a, b, temperatures, num_iterations, floor, tol = args
-    batch_size = options["batch_size"]
-    path, every, resume, saved_options = checkpoint.prepare(
-        checkpoint_path, checkpoint_every, resume_from,
-        dict(num_vqs=options["num_vqs"], num_states=options["num_states"],
-             num_restarts=num_restarts, restart_batch_size=batch_size,
-             num_iterations=num_iterations, variance_floor=variance_floor, tol=tol_option,
-             rng_key=checkpoint.jsonable(rng_key)),
-        data=(x, mask), temperature_schedule=temperatures[:num_iterations], a=a, b=b)
-    data = (x, mask, a, b, temperatures, num_iterations, floor, tol)
-    carries = checkpoint.run_chunks(
-        lambda carries, stop_at: _advance_restarts(carries, *data, stop_at,
-                                                   batch_size=batch_size),
-        lambda: _start_restarts(keys, x, mask, a, b, temperatures, floor, **options),
-        total=num_iterations, finished=lambda carries: bool(np.all(np.asarray(carries[3]))),
-        kind="fit_mcvq", options=saved_options, checkpoint_path=path, checkpoint_every=every,
-        resume_from=resume)
-    return _finish_restarts(carries, x, mask, a, b, temperatures, num_iterations,
-                            batch_size=batch_size)
-
-
-@functools.partial(jax.jit, static_argnames=("num_vqs", "num_states", "batch_size", "mesh",
-                                             "num_examples"))
-def _run_restarts_sharded(rng_keys, x, mask, a, b, temperatures, num_iterations, floor, tol, *,
-                          num_vqs, num_states, batch_size, mesh, num_examples):
-    """:func:`_run_restarts` with the examples split over ``mesh``.
-
-    x and ``mask`` are padded to a multiple of the mesh size with unobserved rows
-    (which add nothing to any sum; their m is the prior b, a zero KL term) and split
-    by rows. Each device runs the E-step on its rows; the statistics, the shift and
-    the KL of m are summed over the devices (``psum``), so g, mu and sigma are the
-    same on every device. m comes back split by rows, (restarts, padded N, K, J).
-    """
-    axis = mesh_axis(mesh)
-
-    def per_shard(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol):
-        def run(key):
-            return _run(key, x, mask, a, b, temperatures, num_iterations, floor, tol,
-                        num_vqs=num_vqs, num_states=num_states, axis_name=axis,
-                        num_examples=num_examples)
-
-        return jax.lax.map(run, rng_keys, batch_size=batch_size)
-
-    states = MCVQState(P(), P(None, axis), P(), P(), P())
-    run = map_shards(per_shard, mesh, 2, (states, P(), P(), P(), P()))
-    return run(x, mask, rng_keys, a, b, temperatures, num_iterations, floor, tol)
-
-
-def _bucket(num_iterations: int) -> int:
-    """Compiled length of the schedule: 128, or the next power of two above it.
-
-    The driver runs ``num_iterations`` of them (a traced bound), so fits with
-    different numbers of iterations share one compilation.
-    """
-    return max(128, 1 << (num_iterations - 1).bit_length())
-
-
-def linear_schedule(num_iterations: int, initial_temperature: float,
-                    num_anneal_iterations: int | None = None):
-    """Temperatures falling linearly from ``initial_temperature`` to 1, then held at 1.
-
-    The paper's schedule (sec. 3, 5.1). The fall takes ``num_anneal_iterations``
-    iterations (default half of ``num_iterations``, a *choice*: the paper does
-    not say), so that the remaining ones converge at T = 1.
-
-    >>> linear_schedule(6, 5.0, 3)
-    Array([5., 3., 1., 1., 1., 1.], dtype=float32)
-    """
-    num_iterations = check_positive_int(num_iterations, "num_iterations")
-    check_positive(initial_temperature, "initial_temperature")
-    if num_anneal_iterations is None:
-        num_anneal_iterations = max(num_iterations // 2, 1)
-    num_anneal_iterations = check_positive_int(num_anneal_iterations, "num_anneal_iterations")
-    fraction = jnp.minimum(jnp.arange(num_iterations) / max(num_anneal_iterations - 1, 1), 1.0)
-    return initial_temperature + (1.0 - initial_temperature) * fraction
-
-
-def schedule(temperature_schedule, num_iterations, initial_temperature, num):
-    """The temperatures of :func:`fit_mcvq` from its options: ``(array, count)``.
-
-    ``temperature_schedule`` None: :func:`linear_schedule` over ``num_iterations``
-    from ``initial_temperature`` (default ``num - 1`` for ``num`` examples, at
-    least 1); a number: that temperature ``num_iterations`` times; an array: itself
-    (1-D, positive, finite, else ``ValueError`` naming ``temperature_schedule``).
-    Also the schedule of the streamed fit (:mod:`inference.mcvq.stream`).
-    """
-    if temperature_schedule is None:
-        num_iterations = check_positive_int(num_iterations, "num_iterations")
-        start = float(max(num - 1, 1)) if initial_temperature is None else initial_temperature
-        temperatures = np.asarray(linear_schedule(num_iterations, start), dtype=float)
-    else:
-        temperatures = np.asarray(temperature_schedule, dtype=float)
-        if temperatures.ndim == 0:
-            num_iterations = check_positive_int(num_iterations, "num_iterations")
-            temperatures = np.full(num_iterations, float(temperatures))
-        if temperatures.ndim != 1 or temperatures.size < 1 or not np.all(
-                np.isfinite(temperatures) & (temperatures > 0)):
-            raise ValueError("temperature_schedule must be a positive number or a 1-D array "
-                             f"of positive temperatures; got {temperature_schedule!r}")
-    return temperatures, int(temperatures.shape[0])
-
-
-def _check_mask(mask, shape, name="mask"):
-    if mask is None:
-        return np.ones(shape, bool)
-    arr = np.asarray(mask)
-    if arr.dtype != bool:
-        if not np.issubdtype(arr.dtype, np.number) or not np.all((arr == 0) | (arr == 1)):
-            raise TypeError(f"{name} must be a bool array (True = observed); got dtype "
-                            f"{arr.dtype}")
-        arr = arr.astype(bool)
-    if arr.shape != tuple(shape):
-        raise ValueError(f"{name} must have the shape of x, {tuple(shape)}; got {arr.shape}")
-    return arr
-
-
-def _check_observed(x, mask, name="x", *, dim=None):
-    """x with 0 at unobserved entries (float), after checking the observed ones are finite."""
-    if is_traced(x):
-        return x, mask
-    arr = np.asarray(x)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-D with shape (num_examples, dim); got shape "
-                         f"{arr.shape}")
-    mask = _check_mask(mask, arr.shape)
-    if np.issubdtype(arr.dtype, np.number):
-        bad = int(np.sum(~np.isfinite(arr) & mask))
-        if bad:
-            raise ValueError(f"{name} has {bad} NaN or infinite value(s) where mask is True "
-                             "(observed); mark them False in mask")
-        arr = np.where(mask, arr, 0)
-    return check_data(arr, name, dim=dim), jnp.asarray(mask)
-
-
-def _priors(a, b, dim, num_vqs, num_states, dtype):
-    priors = []
-    for name, value, shape in (("a", a, (dim, num_vqs)), ("b", b, (num_vqs, num_states))):
-        if value is None:
-            priors.append(jnp.asarray(np.full(shape, 1.0 / shape[1]), dtype))
-            continue
-        if not is_traced(value):
-            arr = np.asarray(value, dtype=float)
-            ok = arr.shape == shape and bool(np.all(arr >= 0)) and bool(
-                np.allclose(np.sum(arr, -1), 1.0, atol=1e-4))
-            if not ok:
-                raise ValueError(f"{name} must be non-negative with shape {shape} and rows "
-                                 f"summing to 1; got shape {arr.shape}")
-        priors.append(jnp.asarray(value, dtype))
-    return priors
+    return jax.lax.map(one, states, batch_size=batch_size)
 
 
 def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
-             temperature_schedule=None, num_iterations: int = 100,
+             temperature_schedule=None, max_iterations: int = 100,
              initial_temperature: float | None = None, variance_floor: float = 1e-3,
              tol: float = 1e-6, a=None, b=None, num_restarts: int = 1,
              restart_batch_size: int = 1, devices=None, mesh=None, checkpoint_path=None,
@@ -729,12 +160,12 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         dimension needs at least one observed entry.
     rng_key : jax.random key
         For the initial state (:func:`init`).
-    temperature_schedule : float or array (num_iterations,), optional
+    temperature_schedule : float or array (max_iterations,), optional
         Temperature T of every iteration (positive): a constant, or an array
         whose length sets the number of iterations. Default:
         :func:`linear_schedule` from ``initial_temperature`` to 1 over the first
-        half of ``num_iterations``.
-    num_iterations : int
+        half of ``max_iterations``.
+    max_iterations : int
         Maximum number of iterations (when the schedule is not an array).
     initial_temperature : float, optional
         Start of the default schedule: the paper's "integer less than C",
@@ -801,21 +232,19 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     >>> from ppl_models import mcvq
     >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
     ...                      num_states=3)
-    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), num_iterations=80)
+    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), max_iterations=80)
     >>> result.g.shape, result.m.shape, result.mu.shape
     ((9, 3), (60, 3, 4), (9, 3, 4))
-    >>> bool(result.converged), result.free_energy_trace.shape == (result.num_iterations,)
+    >>> bool(result.converged), result.trace.objective.shape == (result.num_iterations,)
     (True, True)
     """
-    from inference.mcvq import stream as streaming_fits  # it imports this module
-
-    if streaming_fits.is_masked_stream(x):  # memmap, callable, batches, (x, mask) pairs
+    if is_masked_stream(x):  # memmap, callable, batches, (x, mask) pairs
         if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
             raise ValueError("devices, mesh and checkpoints apply to an in-memory x, not to "
                              "a stream of batches")
         return streaming_fits.fit_mcvq_stream(
             x, num_vqs, num_states, mask=mask, rng_key=rng_key,
-            temperature_schedule=temperature_schedule, num_iterations=num_iterations,
+            temperature_schedule=temperature_schedule, max_iterations=max_iterations,
             initial_temperature=initial_temperature, variance_floor=variance_floor, tol=tol,
             a=a, b=b, num_restarts=num_restarts)
     num_vqs = check_positive_int(num_vqs, "num_vqs")
@@ -827,7 +256,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         raise MissingKeyError("fit_mcvq needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
     mesh = resolve_mesh(devices, mesh)
-    x, mask = _check_observed(x, mask, "x")
+    x, mask = check_observed(x, mask, "x")
     num, dim = x.shape
     empty_rows = np.flatnonzero(~np.asarray(mask).any(axis=1))
     if empty_rows.size:
@@ -839,61 +268,52 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                          "without any observed entry; drop them")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
-    temperatures, num_iterations = schedule(temperature_schedule, num_iterations,
+    temperatures, num_iterations = schedule(temperature_schedule, max_iterations,
                                             initial_temperature, num)
-    padded = np.ones(_bucket(num_iterations))
-    padded[:num_iterations] = temperatures
-    a, b = _priors(a, b, dim, num_vqs, num_states, x.dtype)
+    temperatures = jnp.asarray(temperatures, x.dtype)
+    a, b = priors(a, b, dim, num_vqs, num_states, x.dtype)
     obs = np.asarray(mask)
     xs = np.asarray(x, dtype=float)
     count = obs.sum(axis=0)
     col_mean = (obs * xs).sum(axis=0) / count
     spread = float(np.mean((obs * (xs - col_mean) ** 2).sum(axis=0) / count))
     floor = variance_floor * (spread if spread > 0 else 1.0)
-    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
-    args = (keys, x, mask, a, b, jnp.asarray(padded, x.dtype), num_iterations,
-            jnp.asarray(floor, x.dtype), jnp.asarray(tol, x.dtype))
-    options = dict(num_vqs=num_vqs, num_states=num_states, batch_size=restart_batch_size)
-    if mesh is None:
-        states, its, dones, all_energies, finals = _run_checkpointed(
-            args, options, checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-            resume_from=resume_from, rng_key=rng_key, num_restarts=num_restarts,
-            variance_floor=variance_floor, tol_option=tol)
-    elif (checkpoint_path, checkpoint_every, resume_from) != (None, None, None):
+    if mesh is not None and (checkpoint_path, checkpoint_every, resume_from) != (None,) * 3:
         raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
                          f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
-    else:
-        size = mesh_size(mesh)
-        rows = shard_examples(mesh, pad_examples(x, size)[0], pad_examples(mask, size)[0])
-        states, its, dones, all_energies, finals = _run_restarts_sharded(
-            keys, *rows, *args[3:], mesh=mesh, num_examples=num, **options)
-        states = states._replace(m=states.m[:, :num])
+    saving = checkpoint.checkpointing(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(num_vqs=num_vqs, num_states=num_states, num_restarts=num_restarts,
+             restart_batch_size=restart_batch_size, max_iterations=num_iterations,
+             variance_floor=variance_floor, tol=tol, rng_key=checkpoint.jsonable(rng_key)),
+        data=(x, mask), temperature_schedule=temperatures, a=a, b=b)
+    keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
+    floor_x = jnp.asarray(floor, x.dtype)
+    starts = _init_starts(keys, x, mask, a, b, floor_x, num_vqs=num_vqs, num_states=num_states,
+                          batch_size=restart_batch_size)
+    runs = run(ALGORITHM, starts, (x, mask), (a, b, temperatures, floor_x,
+                                              jnp.asarray(tol, x.dtype)),
+               keys=keys, max_iterations=num_iterations, tol=tol,
+               restart_batch=None if mesh is not None else restart_batch_size, mesh=mesh,
+               checkpoint=saving)
+    finals = _final_energies(runs.state, x, mask, a, b, temperatures[-1],
+                             batch_size=restart_batch_size)
     # NaN finals (a start that broke down) never win; if all are NaN the first is kept.
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
-    state = jax.tree_util.tree_map(lambda leaf: leaf[best], states)
-    it, done = int(its[best]), dones[best]
-    # The trace's used length depends on the data: cut on the host (inference.engine.host), so
-    # that a repeated fit compiles nothing new.
-    energies = host.head(np.asarray(all_energies)[best], it)
-    if not bool(np.all(np.isfinite(np.asarray(energies)))):
+    state, trace, it, done = select(runs, best)
+    energies = trace.objective
+    if not bool(np.all(np.isfinite(np.asarray(energies)))):  # host: its length varies
         warnings.warn("fit_mcvq: the free energy became non-finite; check the data scale and "
                       "variance_floor", NumericalWarning, stacklevel=2)
-    if not bool(done):
+    if not done:
         warnings.warn(f"fit_mcvq: not converged after {it} iterations (tol={tol}); raise "
-                      "num_iterations or lengthen the schedule at T = 1",
+                      "max_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     return MCVQResult(g=state.g, m=state.m, mu=state.mu, sigma=state.sigma, a=a, b=b,
-                      free_energy_trace=energies,
-                      temperature_trace=host.array(padded[:it], x.dtype),
-                      num_iterations=it, converged=bool(done), variance_floor=floor,
+                      trace=MCVQTrace(energies, trace.temperature),
+                      num_iterations=it, converged=done, variance_floor=floor,
                       restart_free_energies=finals, best_restart=best,
-                      restart_converged=dones)
-
-
-@jax.jit
-def _infer(x, mask, g, mu, sigma, b):
-    moments, shift = _moments(x, mask)
-    return _fast_e_step(moments, _natural(mu, sigma, shift), g, b)
+                      restart_converged=runs.converged)
 
 
 def infer_states(result: MCVQResult, x_new, *, mask=None):
@@ -908,6 +328,7 @@ def infer_states(result: MCVQResult, x_new, *, mask=None):
         raise TypeError(f"result must be an MCVQResult (from fit_mcvq); got "
                         f"{type(result).__name__}")
     dim = result.mu.shape[0]
-    x_new, mask = _check_observed(x_new, mask, "x_new", dim=dim)
-    return _infer(x_new.astype(result.mu.dtype), mask, result.g, result.mu, result.sigma,
+    x_new, mask = check_observed(x_new, mask, "x_new", dim=dim)
+    return infer(x_new.astype(result.mu.dtype), mask, result.g, result.mu, result.sigma,
                   result.b)
+

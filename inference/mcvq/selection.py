@@ -46,7 +46,7 @@ from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate
 from numpyro.infer import MCMC, NUTS, init_to_value
 
-from inference.mcvq import baselines, em
+from inference.mcvq import baselines, core
 from inference.mcvq.em import fit_mcvq
 from inference.mcvq.vb import fit_vb_mcvq
 from ppl_models import mcvq as program
@@ -86,8 +86,8 @@ def state_usage(fit) -> jax.Array:
 @jax.jit
 def _bound(x, mask, g, mu, sigma, pi):
     """sum_k log sum_j pi_kj exp(-sum_d g_dk ell^c_dkj) per example (module docstring)."""
-    moments, shift = em._moments(x, mask)
-    energies = em._energies(moments, em._natural(mu, sigma, shift), g)  # (N, K, J)
+    moments, shift = core.data_moments(x, mask)
+    energies = core.energies(moments, core.natural_parameters(mu, sigma, shift), g)  # (N, K, J)
     log_pi = jnp.where(pi > 0, jnp.log(jnp.where(pi > 0, pi, 1.0)), -jnp.inf)
     return jnp.sum(jax.nn.logsumexp(log_pi - energies, axis=-1), axis=-1)
 
@@ -269,7 +269,7 @@ class MCVQScorer:
                        "has J^K K > 4096, so every candidate uses the bound)")
         if self.unconverged_em:
             out.append(f"{self.unconverged_em} of {self.fits_em} fit_mcvq calls did not "
-                       "converge (raise num_iterations)")
+                       "converge (raise max_iterations)")
         if self.unconverged_vb:
             out.append(f"{self.unconverged_vb} of {self.fits_vb} fit_vb_mcvq runs did not "
                        "converge (raise vb_options max_iterations)")

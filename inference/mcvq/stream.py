@@ -48,134 +48,30 @@ association / E-step, and sums whose size does not grow with the data.
 from __future__ import annotations
 
 import functools
-import itertools
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import xlogy
 
-from inference.engine import host
+from inference.engine.loop import StatisticsAlgorithm, select
+from inference.engine.passes import run_passes
 from inference.engine.streaming import (
-    BatchSource,
     Pass,
-    batches,
     check_rows,
     dtype_of,
-    is_stream,
 )
+from inference.mcvq import core
+from inference.mcvq.core import e_step, g_step, m_step, natural_parameters, statistics
+from inference.mcvq.result import MCVQResult, MCVQTrace
+from inference.mcvq.sources import MaskedSource, Packed
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
 # ---------------------------------------------------------------------------------------
 # MCVQ (seed 004 sec. 3): sources with masks.
-
-
-def is_masked_stream(x) -> bool:
-    """Whether ``x`` is a stream for :func:`fit_mcvq_stream`: :func:`is_stream`, or a list
-    or tuple of ``(x_batch, mask_batch)`` pairs."""
-    if is_stream(x):
-        return True
-    return (isinstance(x, list | tuple) and len(x) > 0 and isinstance(x[0], tuple | list)
-            and len(x[0]) == 2 and np.ndim(x[0][0]) == 2)
-
-
-class _MaskedSource:
-    """(x, mask) batches of an MCVQ source, checked; iterate for one pass.
-
-    Forms: ``mask`` None and items arrays (all observed); ``mask`` None and items
-    ``(x, mask)`` pairs; ``mask`` a second source of the same form as ``source``
-    (an array or memmap of x's shape, or batches matching x's row for row).
-    """
-
-    def __init__(self, source, mask, batch_size):
-        self.batch_size = batch_size
-        probe = batches(source, batch_size)
-        # Arrays are cut by BatchSource; other sources are read item by item (pairs or
-        # arrays) and cut per pass in _pairs.
-        self.x_source = probe if probe.kind == "array" else BatchSource(source, None)
-        self.x_source.name = "source"
-        self.mask_source = None if mask is None else batches(mask, batch_size)
-        if self.mask_source is not None:
-            self.mask_source.name = "mask"
-            if probe.kind != "array":
-                self.x_source = probe
-        self.reusable = self.x_source.reusable and (
-            self.mask_source is None or self.mask_source.reusable)
-
-    def _pairs(self):
-        """Checked x and mask sources for one pass, read in lockstep (mask None: all
-        observed)."""
-        if self.mask_source is not None or self.x_source.kind == "array":
-            return self.x_source, self.mask_source
-        items = iter(self.x_source._raw())  # the items as given: arrays or (x, mask) pairs
-        head = next(items, None)
-        if head is None:
-            return BatchSource(iter(()), name="source"), None  # raises "source is empty"
-        stream = _chain_one(head, items)
-        if not (isinstance(head, tuple | list) and len(head) == 2 and np.ndim(head[0]) == 2):
-            return BatchSource(stream, self.batch_size, name="source"), None
-        left, right = itertools.tee(stream)
-        xs = BatchSource((_pair_part(pair, i, 0) for i, pair in enumerate(left)),
-                         self.batch_size, name="source")
-        masks = BatchSource((_pair_part(pair, i, 1) for i, pair in enumerate(right)),
-                            self.batch_size, name="mask")
-        return xs, masks
-
-    def __iter__(self):
-        """(x with 0 at missing entries as float64-or-native array, bool mask) per batch."""
-        xs, masks = self._pairs()
-        if masks is None:
-            for index, x in enumerate(xs):
-                yield index, x, None
-            return
-        xs.check_finite = False
-        mask_iter = iter(masks)
-        for index, x in enumerate(xs):
-            mask = next(mask_iter, None)
-            if mask is None:
-                raise ValueError(f"mask ended before source: no mask for source batch {index}")
-            if mask.shape != x.shape:
-                raise ValueError(f"mask batch {index} has shape {mask.shape}; expected the "
-                                 f"shape of source batch {index}, {x.shape}")
-            if mask.dtype != bool:
-                if not np.all((mask == 0) | (mask == 1)):
-                    raise TypeError(f"mask batch {index} must be bool (True = observed); got "
-                                    f"dtype {mask.dtype} with values other than 0 / 1")
-                mask = mask.astype(bool)
-            bad = int(np.sum(~np.isfinite(x) & mask))
-            if bad:
-                raise ValueError(f"source batch {index} has {bad} NaN or infinite value(s) "
-                                 "where mask is True (observed); mark them False in mask")
-            yield index, np.where(mask, x, 0), mask
-        if next(mask_iter, None) is not None:
-            raise ValueError("mask has more batches than source")
-
-
-def _chain_one(head, rest):
-    yield head
-    yield from rest
-
-
-def _pair_part(pair, index, part):
-    if not (isinstance(pair, tuple | list) and len(pair) == 2):
-        raise TypeError(f"source batch {index} must be an (x, mask) pair like batch 0; got "
-                        f"{type(pair).__name__}")
-    return pair[part]
-
-
-class _Packed:
-    """Re-iterable (rows, 2 D) arrays [x with 0 at missing, mask as 0 / 1] for ``_Pass``:
-    a padded row is all zeros, i.e. unobserved, and adds nothing to any sum."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def __iter__(self):
-        for _, x, mask in self.source:
-            obs = np.ones(x.shape, bool) if mask is None else mask
-            yield np.concatenate([np.where(obs, x, 0), obs], axis=1)
 
 
 def _unpack(packed, shift):
@@ -191,15 +87,13 @@ def _unpack(packed, shift):
 def _mcvq_batch(packed, num_valid, shift, natural, g, b):
     """E-step of one padded batch under every restart's (natural, g): the statistics
     (restarts, 3, D, K, J) and the KL term sum_c KL(m^c || b) over the valid rows."""
-    from inference.mcvq.em import _fast_e_step, _statistics
-
     moments = _unpack(packed, shift)
     valid = (jnp.arange(packed.shape[0]) < num_valid)[:, None, None]
 
     def one(natural, g):
-        m = _fast_e_step(moments, natural, g, b)
+        m = e_step(moments, natural, g, b)
         kl = jnp.sum(jnp.where(valid, xlogy(m, m) - xlogy(m, b), 0.0))
-        return _statistics(moments, m), kl
+        return statistics(moments, m), kl
 
     return jax.vmap(one)(natural, g)
 
@@ -207,32 +101,110 @@ def _mcvq_batch(packed, num_valid, shift, natural, g, b):
 @jax.jit
 def _mcvq_states(packed, shift, natural, g, b):
     """m of one padded batch under one start's parameters (the E-step)."""
-    from inference.mcvq.em import _fast_e_step
-
-    return _fast_e_step(_unpack(packed, shift), natural, g, b)
+    return e_step(_unpack(packed, shift), natural, g, b)
 
 
-@jax.jit
 def _mcvq_update(stats, mu, sigma, shift, a, temperature, floor):
-    """g-step and M-step from the statistics (``inference.mcvq.em._step``), per restart."""
-    from inference.mcvq.em import _fast_g_step, _fast_m_step, _natural
-
-    def one(stats, mu, sigma):
-        g = _fast_g_step(stats, _natural(mu, sigma, shift), a, temperature)
-        mu, sigma = _fast_m_step(stats, mu, sigma, shift, floor)
-        return g, mu, sigma, _natural(mu, sigma, shift)
-
-    return jax.vmap(one)(stats, mu, sigma)
+    """g-step and M-step from the statistics (``inference.mcvq.em.step``) of one start."""
+    g = g_step(stats, natural_parameters(mu, sigma, shift), a, temperature)
+    mu, sigma = m_step(stats, mu, sigma, shift, floor)
+    return g, mu, sigma
 
 
-@jax.jit
 def _mcvq_energy(stats, natural, g, kl_m, a, temperature):
     """F_T from the statistics and the summed KL of m (``inference.mcvq.em._fast_free_energy``)."""
-    def one(stats, natural, g, kl_m):
-        expected = jnp.sum(stats * natural, axis=(0, 3))
-        return kl_m + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)) + jnp.sum(g * expected)
+    expected = jnp.sum(stats * natural, axis=(0, 3))
+    return kl_m + temperature * jnp.sum(xlogy(g, g) - xlogy(g, a)) + jnp.sum(g * expected)
 
-    return jax.vmap(one)(stats, natural, g, kl_m)
+
+class StreamState(NamedTuple):
+    """One start of the streamed fit: the parameters of the last iteration with the
+    statistics and KL of their E-step (g, mu, sigma, stats, kl), the parameters the next
+    pass's E-step uses (the g-step and M-step from those statistics at the next
+    temperature), the iteration and the last F_T."""
+
+    g: jax.Array
+    mu: jax.Array
+    sigma: jax.Array
+    stats: jax.Array
+    kl: jax.Array
+    next_g: jax.Array
+    next_mu: jax.Array
+    next_sigma: jax.Array
+    iteration: jax.Array
+    previous: jax.Array
+
+
+class StreamInfo(NamedTuple):
+    """One pass: F_T (``objective``), its temperature, the rows read and convergence."""
+
+    objective: jax.Array
+    temperature: jax.Array
+    rows: jax.Array
+    converged: jax.Array
+
+
+def stream_statistics(rng_key, state: StreamState, data, params, valid):
+    """The E-step of one padded batch under the state's next parameters: its statistics
+    sum_c m^c [o, o xc, o xc^2], KL(m^c || b) and row count over the ``valid`` rows."""
+    del rng_key
+    (packed,) = data
+    shift, a, b = params[:3]
+    moments = _unpack(packed, shift)
+    m = e_step(moments, natural_parameters(state.next_mu, state.next_sigma, shift), state.next_g, b)
+    kl = jnp.sum(jnp.where(valid[:, None, None], xlogy(m, m) - xlogy(m, b), 0.0))
+    return statistics(moments, m), kl, jnp.sum(valid.astype(jnp.int32))
+
+
+def stream_update(state: StreamState, stats, params):
+    """F_T of the pass (``inference.mcvq.em.engine_step``'s convergence test), and the
+    parameters of the next pass from its statistics."""
+    shift, a, b, temperatures, floor, tol = params
+    stats, kl, rows = stats
+    it = state.iteration
+    temperature = temperatures[it]
+    natural = natural_parameters(state.next_mu, state.next_sigma, shift)
+    energy = _mcvq_energy(stats, natural, state.next_g, kl, a, temperature)
+    same = (it > 0) & (temperature == temperatures[jnp.maximum(it - 1, 0)])
+    change = jnp.abs(state.previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
+    following = temperatures[jnp.minimum(it + 1, temperatures.shape[0] - 1)]
+    nxt = _mcvq_update(stats, state.next_mu, state.next_sigma, shift, a, following, floor)
+    return (StreamState(state.next_g, state.next_mu, state.next_sigma, stats, kl, *nxt, it + 1,
+                        energy),
+            StreamInfo(energy, temperature, rows, same & (change <= tol)))
+
+
+#: The streamed variational EM as an engine statistics + update algorithm.
+STREAM_ALGORITHM = StatisticsAlgorithm(stream_statistics, stream_update,
+                                       name="fit_mcvq_stream")
+
+
+@jax.jit
+def _stream_starts(g, mu, sigma, stats, kl, shift, a, temperature, floor):
+    """The streamed fit's start states (stacked): the start, its E-step's sums and the
+    parameters of the first pass."""
+    def one(g, mu, sigma, stats, kl):
+        nxt = _mcvq_update(stats, mu, sigma, shift, a, temperature, floor)
+        return StreamState(g, mu, sigma, stats, kl, *nxt, jnp.zeros((), jnp.int32),
+                           jnp.asarray(jnp.inf, g.dtype))
+
+    return jax.vmap(one)(g, mu, sigma, stats, kl)
+
+
+@jax.jit
+def _natural_of(mu, sigma, shift):
+    """The natural parameters of every start (``inference.mcvq.em._natural``, vmapped)."""
+    return jax.vmap(natural_parameters, (0, 0, None))(mu, sigma, shift)
+
+
+@jax.jit
+def _stream_finals(states, shift, a, temperature):
+    """F_T of every start's last parameters at ``temperature``."""
+    def one(state):
+        return _mcvq_energy(state.stats, natural_parameters(state.mu, state.sigma, shift), state.g,
+                            state.kl, a, temperature)
+
+    return jax.vmap(one)(states)
 
 
 @functools.partial(jax.jit, static_argnames=("num_vqs", "num_states"))
@@ -268,7 +240,7 @@ def _mcvq_rows(key, dtype_probe, *, num_vqs, num_states, num):
 
 
 def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key=None,
-                    temperature_schedule=None, num_iterations: int = 100,
+                    temperature_schedule=None, max_iterations: int = 100,
                     initial_temperature: float | None = None, variance_floor: float = 1e-3,
                     tol: float = 1e-6, a=None, b=None, num_restarts: int = 1, batch_size=None,
                     return_m: bool = False):
@@ -307,7 +279,7 @@ def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key
     mask : array, np.memmap, callable or iterable, optional
         Instead of pairs: a second source cut like ``source`` (an array or memmap of
         x's shape, or batches matching x's row for row), True where observed.
-    num_vqs, num_states, rng_key, temperature_schedule, num_iterations, \
+    num_vqs, num_states, rng_key, temperature_schedule, max_iterations, \
 initial_temperature, variance_floor, tol, a, b, num_restarts
         As :func:`inference.mcvq.em.fit_mcvq` (the default ``initial_temperature`` is
         max(N - 1, 1) with N counted by the first pass).
@@ -320,8 +292,6 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     -------
     inference.mcvq.em.MCVQResult
     """
-    from inference.mcvq import em as mcvq_fit
-
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
@@ -329,7 +299,7 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         raise MissingKeyError("fit_mcvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol") if tol else None
-    data = _MaskedSource(source, mask, batch_size)
+    data = MaskedSource(source, mask, batch_size)
     if not data.reusable:
         raise ValueError(
             "source (or mask) is a one-shot iterator, but fit_mcvq_stream makes several passes "
@@ -358,9 +328,9 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     dtype = dtype_of(first)
     dim = first.shape[1]
     col_mean = obs_sum / obs_count
-    temperatures, num_iterations = mcvq_fit.schedule(temperature_schedule, num_iterations,
+    temperatures, num_iterations = core.schedule(temperature_schedule, max_iterations,
                                                      initial_temperature, num)
-    a, b = mcvq_fit._priors(a, b, dim, num_vqs, num_states, dtype)
+    a, b = core.priors(a, b, dim, num_vqs, num_states, dtype)
     keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
 
     # Pass 2: column variances and the rows picked by the start.
@@ -386,9 +356,9 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     starts = [_mcvq_start(key, jnp.asarray(p, dtype), std, a, num_vqs=num_vqs,
                           num_states=num_states) for key, p in zip(keys, picked, strict=True)]
     g, mu, sigma = (jnp.stack(parts) for parts in zip(*starts, strict=True))
-    natural = jax.vmap(mcvq_fit._natural, (0, 0, None))(mu, sigma, shift)
+    natural = jax.vmap(core.natural_parameters, (0, 0, None))(mu, sigma, shift)
 
-    passes = Pass(_Packed(data), dtype, first.shape[0], block=first.shape[0])
+    passes = Pass(Packed(data), dtype, first.shape[0], block=first.shape[0])
 
     def e_pass(natural, g, what):
         stats = kl = None
@@ -404,61 +374,38 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     # Pass 3: the start's E-step (its statistics); then one pass per iteration.
     stats, kl_m = e_pass(natural, g, "start E-step")
     floor_d = jnp.asarray(floor, dtype)
-    tol_d = jnp.asarray(tol, dtype)
     temps = jnp.asarray(temperatures, dtype)
-    previous = jnp.full(num_restarts, jnp.inf, dtype)
-    done = np.zeros(num_restarts, bool)
-    counts = np.zeros(num_restarts, np.int64)
-    energies = np.full((num_restarts, num_iterations), np.nan)
-    for it in range(num_iterations):
-        temperature = temps[it]
-        new_g, new_mu, new_sigma, new_natural = _mcvq_update(stats, mu, sigma, shift, a,
-                                                             temperature, floor_d)
-        new_stats, new_kl = e_pass(new_natural, new_g, f"iteration {it + 1}")
-        energy = _mcvq_energy(new_stats, new_natural, new_g, new_kl, a, temperature)
-        same = it > 0 and bool(temperature == temps[max(it - 1, 0)])
-        change = jnp.abs(previous - energy) / jnp.maximum(jnp.abs(energy), 1.0)
-        finished = np.asarray(same & (change <= tol_d))
-        running = ~done
-        keep = jnp.asarray(running)
-
-        def pick(new, old, keep=keep):
-            return jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
-
-        g, mu, sigma, natural = (pick(n, o) for n, o in ((new_g, g), (new_mu, mu),
-                                                          (new_sigma, sigma),
-                                                          (new_natural, natural)))
-        stats, kl_m, previous = pick(new_stats, stats), pick(new_kl, kl_m), pick(energy,
-                                                                                  previous)
-        energies[running, it] = np.asarray(energy, np.float64)[running]
-        counts = counts + running
-        done = done | (running & finished)
-        if done.all():
-            break
-
-    finals = _mcvq_energy(stats, natural, g, kl_m, a, temps[num_iterations - 1])
+    params = (shift, a, b, temps, floor_d, jnp.asarray(tol, dtype))
+    starts = _stream_starts(g, mu, sigma, stats, kl_m, shift, a, temps[0], floor_d)
+    runs = run_passes(STREAM_ALGORITHM, starts, Packed(data), params, keys=keys,
+                      max_iterations=num_iterations, tol=tol, dtype=dtype)
+    for count, rows in zip(np.asarray(runs.num_iterations), np.asarray(runs.trace.rows),
+                           strict=True):
+        for it in range(int(count)):
+            check_rows(int(rows[it]), num, f"iteration {it + 1}")
+    finals = _stream_finals(runs.state, shift, a, temps[num_iterations - 1])
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
-    it = int(counts[best])
-    trace = host.array(energies[best, :it], dtype)  # on the host: its length varies
-    if not bool(np.all(np.isfinite(np.asarray(trace)))):
+    state, trace, it, converged = select(runs, best)
+    if not bool(np.all(np.isfinite(np.asarray(trace.objective)))):  # host: length varies
         warnings.warn("fit_mcvq_stream: the free energy became non-finite; check the data scale "
                       "and variance_floor", NumericalWarning, stacklevel=2)
-    if not done[best]:
+    if not converged:
         warnings.warn(f"fit_mcvq_stream: not converged after {it} iterations (tol={tol}); raise "
-                      "num_iterations or lengthen the schedule at T = 1",
+                      "max_iterations or lengthen the schedule at T = 1",
                       ConvergenceWarning, stacklevel=2)
     m = None
     if return_m:
+        natural = _natural_of(runs.state.mu, runs.state.sigma, shift)[best]
         parts = []
         for packed, count in passes:
-            states = _mcvq_states(packed, shift, natural[best], g[best], b)
+            states = _mcvq_states(packed, shift, natural, state.g, b)
             passes.done(states)
             parts.append(np.asarray(states[:count]))
         m = jnp.asarray(np.concatenate(parts), dtype)
-    return mcvq_fit.MCVQResult(
-        g=g[best], m=m, mu=mu[best], sigma=sigma[best], a=a, b=b, free_energy_trace=trace,
-        temperature_trace=host.head(temps, it), num_iterations=it, converged=bool(done[best]),
-        variance_floor=floor, restart_free_energies=finals, best_restart=best,
-        restart_converged=jnp.asarray(done))
+    return MCVQResult(
+        g=state.g, m=m, mu=state.mu, sigma=state.sigma, a=a, b=b,
+        trace=MCVQTrace(trace.objective, trace.temperature),
+        num_iterations=it, converged=converged, variance_floor=floor,
+        restart_free_energies=finals, best_restart=best, restart_converged=runs.converged)
 
 

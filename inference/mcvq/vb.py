@@ -53,7 +53,7 @@ same expanded form c + x beta + x^2 alpha as the likelihood terms of
 beta = -E[tau] E[mu], alpha = E[tau] / 2; PRML eq. 10.28-10.30 for the
 expectations, B.27 and B.31 for the KL terms), so the E-step energies and the
 statistics are the same (N, 3D) x (3D, K J) matrix products
-(``inference.mcvq.em._energies``, ``_statistics``) and nothing of size N D K J is formed.
+(``inference.mcvq.core.energies``, ``_statistics``) and nothing of size N D K J is formed.
 
 One :func:`step` does coordinate ascent on L_T, each update the exact maximiser in
 its own block with the others fixed (PRML sec. 10.1.1, 10.1.3; Corduneanu & Bishop
@@ -107,7 +107,6 @@ Bishop, C. M. (2006), Pattern Recognition and Machine Learning, sec. 10.1.3 and 
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from typing import NamedTuple
@@ -118,7 +117,8 @@ import numpy as np
 from jax.scipy.special import digamma, gammaln
 
 from inference.engine import host
-from inference.mcvq import em
+from inference.engine.loop import Algorithm, run, select
+from inference.mcvq import core, em
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.mcvq import MCVQPrior
@@ -206,7 +206,7 @@ class VBMCVQInfo(NamedTuple):
     temperature: jax.Array
 
 
-def _centred_prior(prior: MCVQPrior, shift, dtype):
+def centred_prior(prior: MCVQPrior, shift, dtype):
     """(m0 - shift) broadcast to (D, 1, 1), beta0, a0, b0 as arrays of ``dtype``."""
     mean = jnp.reshape(jnp.broadcast_to(jnp.asarray(prior.mean, dtype), shift.shape) - shift,
                        (-1, 1, 1))
@@ -237,7 +237,7 @@ def _kl_parameters(state, centred):
 def _bound(state, natural, centred, temperature, conditional):
     """L_T from the statistics of m (module docstring)."""
     a = jnp.broadcast_to(state.alpha, state.g.shape)
-    free = em._fast_free_energy(state.stats, natural, state.g, state.m, a, state.pi,
+    free = core.free_energy_from_statistics(state.stats, natural, state.g, state.m, a, state.pi,
                                 temperature)
     kl = _kl_parameters(state, centred)
     if conditional:
@@ -245,7 +245,7 @@ def _bound(state, natural, centred, temperature, conditional):
     return -free - jnp.sum(kl)
 
 
-def _update_parameters(state, centred, conditional):
+def update_parameters(state, centred, conditional):
     """Step 1: Q(tau) then Q(mu) from the statistics (weighted by g when factorised)."""
     m0, beta0, a0, b0 = centred
     stats = state.stats if conditional else state.stats * state.g[None, :, :, None]
@@ -296,10 +296,10 @@ def step(state: VBMCVQState, x, mask, prior: MCVQPrior, prune_threshold, tempera
     -------
     (VBMCVQState, VBMCVQInfo)
     """
-    moments, shift = em._moments(x, mask)
-    centred = _centred_prior(prior, shift, x.dtype)
+    moments, shift = core.data_moments(x, mask)
+    centred = centred_prior(prior, shift, x.dtype)
     # 1-2. Q(tau), Q(mu); type-II ML weights.
-    new = _update_parameters(state, centred, conditional)
+    new = update_parameters(state, centred, conditional)
     alpha = jnp.where(state.vq_active, jnp.mean(state.g, axis=0), 0.0)
     pi = jnp.where(state.vq_active[:, None], jnp.mean(state.m, axis=0), state.pi)
     pi = jnp.where(state.state_active, pi, 0.0)
@@ -324,10 +324,10 @@ def step(state: VBMCVQState, x, mask, prior: MCVQPrior, prune_threshold, tempera
         energy = energy + jnp.sum(_kl_parameters(new, centred), axis=-1)
     g = jax.nn.softmax(jnp.where(vq_active, jnp.log(alpha), -jnp.inf) - energy / temperature,
                        axis=-1)
-    m = em._fast_e_step(moments, natural, g, pi)
+    m = core.e_step(moments, natural, g, pi)
     m = jnp.where(state_active | ~vq_active[:, None], m, 0.0)
     new = new._replace(g=g, m=m, alpha=alpha, pi=pi, vq_active=vq_active,
-                       state_active=state_active, stats=em._statistics(moments, m))
+                       state_active=state_active, stats=core.statistics(moments, m))
     value = _bound(new, natural, centred, temperature, conditional)
     pruned = jnp.any(vq_active != state.vq_active) | jnp.any(state_active != state.state_active)
     new = new._replace(bound=value, iteration=state.iteration + 1,
@@ -357,10 +357,10 @@ def bound(x, mask, state: VBMCVQState, prior: MCVQPrior, temperature=1.0,
     -------
     float
     """
-    moments, shift = em._moments(x, mask)
-    state = state._replace(stats=em._statistics(moments, state.m))
+    moments, shift = core.data_moments(x, mask)
+    state = state._replace(stats=core.statistics(moments, state.m))
     natural = _natural(state.mean, state.precision, state.shape, state.rate)
-    return _bound(state, natural, _centred_prior(prior, shift, x.dtype), temperature,
+    return _bound(state, natural, centred_prior(prior, shift, x.dtype), temperature,
                   conditional)
 
 
@@ -388,8 +388,8 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
     dim = x.shape[1]
     alpha = jnp.full(max_vqs, 1.0 / max_vqs, dtype)
     pi = jnp.full((max_vqs, max_states), 1.0 / max_states, dtype)
-    _, shift = em._moments(x, mask)
-    centred = _centred_prior(prior, shift, dtype)
+    _, shift = core.data_moments(x, mask)
+    centred = centred_prior(prior, shift, dtype)
     floor = 1e-3 / centred[1]  # sigma^2 floor of the start: 1e-3 prior variances of the means
     start = em.init(rng_key, x, mask, max_vqs, max_states,
                     jnp.broadcast_to(alpha, (dim, max_vqs)), pi, floor)
@@ -404,75 +404,58 @@ def init(rng_key, x, mask, max_vqs: int, max_states: int, prior: MCVQPrior) -> V
         all_pruned=jnp.array(False))
 
 
-@functools.partial(jax.jit, static_argnames=("max_vqs", "max_states", "conditional"))
-def _run(rng_key, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, *,
-         max_vqs, max_states, conditional):
-    """The main loop in one program: ``temperatures`` padded to a fixed length,
-    ``num_iterations`` traced. ``fit_vb_mcvq`` runs it as :func:`_start_jit` and
-    :func:`_advance_jit` chunks (:func:`_run_checkpointed`), so that it can stop between."""
-    state = init(rng_key, x, mask, max_vqs, max_states, prior)
-    return _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
-                    conditional=conditional)
+class VBMCVQLoopInfo(NamedTuple):
+    """One iteration as the engine records it: L_T (``objective``), the active VQs and
+    states, whether the step pruned, and whether the loop stops (settled at an unchanged
+    temperature, everything pruned, or a non-finite bound)."""
+
+    objective: jax.Array
+    num_vqs: jax.Array
+    num_states: jax.Array
+    pruned: jax.Array
+    converged: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("conditional",))
-def _iterate(state, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, *,
-             conditional):
-    """Steps from ``state`` until convergence or ``num_iterations`` more iterations.
+def engine_step(rng_key, state: VBMCVQState, data, params, *, shard=None, conditional=True):
+    """:func:`step` for the engine (:mod:`inference.engine.loop`).
 
-    Traces are indexed from ``state.iteration`` at the call (the first iteration of
-    a call is never declared converged).
+    ``data`` is ``(x, mask)``; ``params`` ``(prior, prune_threshold, temperatures, tol,
+    start)``: iteration ``state.iteration - start`` of this run uses that entry of
+    ``temperatures``. It has converged when the relative change of the bound is at most
+    ``tol`` at an unchanged temperature without pruning (the first iteration of a run
+    never is).
     """
-    carry = _start_carry(state, temperatures.shape[0], x.dtype)
-    return _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol,
-                    state.iteration, num_iterations, conditional=conditional)
+    del rng_key, shard  # deterministic, one device
+    x, mask = data
+    prior, prune_threshold, temperatures, tol, start = params
+    t = state.iteration - start
+    temperature = temperatures[t]
+    new, info = step(state, x, mask, prior, prune_threshold, temperature, conditional)
+    same = (t > 0) & (temperature == temperatures[jnp.maximum(t - 1, 0)])
+    change = jnp.abs(info.bound_change) / jnp.maximum(jnp.abs(info.bound), 1.0)
+    settled = same & ~info.pruned & (change <= tol)
+    done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
+    return new, VBMCVQLoopInfo(info.bound, info.num_vqs, info.num_states, info.pruned, done)
 
 
-def _start_carry(state, length, dtype):
-    """The loop carry (state, traces, done) before the first iteration from ``state``."""
-    max_vqs = state.pi.shape[0]
-    traces = (jnp.full(length, jnp.nan, dtype), jnp.zeros(length, jnp.int32),
-              jnp.zeros((length, max_vqs), jnp.int32), jnp.zeros(length, bool))
-    return state, traces, jnp.array(False)
+def algorithm(conditional: bool) -> Algorithm:
+    """The variational Bayes iteration as an engine algorithm (cached per ``conditional``)."""
+    return Algorithm(engine_step, options=(("conditional", bool(conditional)),),
+                     name="fit_vb_mcvq")
 
 
-def _advance(carry, x, mask, prior, prune_threshold, temperatures, num_iterations, tol, start,
-             stop_at, *, conditional):
-    """Steps from ``carry`` until done or ``min(num_iterations, stop_at)`` iterations after
-    iteration ``start`` (traced; the iteration the traces are indexed from).
-
-    ``stop_at`` splits the loop into chunks for checkpoints (:mod:`inference.engine.checkpoint`);
-    the steps use no key, so the chunks give the one-chunk result bit for bit.
-    """
-    bound_iterations = jnp.minimum(num_iterations, stop_at)
-
-    def cond(carry):
-        state, _, done = carry
-        return (state.iteration - start < bound_iterations) & ~done
-
-    def body(carry):
-        state, (bounds, vqs, states, pruned), _ = carry
-        t = state.iteration - start
-        temperature = temperatures[t]
-        new, info = step(state, x, mask, prior, prune_threshold, temperature, conditional)
-        same = (t > 0) & (temperature == temperatures[jnp.maximum(t - 1, 0)])
-        change = jnp.abs(info.bound_change) / jnp.maximum(jnp.abs(info.bound), 1.0)
-        settled = same & ~info.pruned & (change <= tol)
-        done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
-        traces = (bounds.at[t].set(info.bound), vqs.at[t].set(info.num_vqs),
-                  states.at[t].set(info.num_states), pruned.at[t].set(info.pruned))
-        return new, traces, done
-
-    return jax.lax.while_loop(cond, body, carry)
+_init_jit = jax.jit(init, static_argnames=("max_vqs", "max_states"))
 
 
-@functools.partial(jax.jit, static_argnames=("length", "max_vqs", "max_states"))
-def _start_jit(rng_key, x, mask, prior, *, length, max_vqs, max_states):
-    """The main loop's carry from :func:`init` (traces of ``length`` entries)."""
-    return _start_carry(init(rng_key, x, mask, max_vqs, max_states, prior), length, x.dtype)
-
-
-_advance_jit = jax.jit(_advance, static_argnames=("conditional",))
+def _iterate(state, rng_key, x, mask, prior, prune_threshold, temperatures, max_iterations,
+             tol, *, conditional, checkpoint=None):
+    """Steps from ``state`` until convergence or ``max_iterations`` more iterations, on the
+    engine. Returns the state and the traces (bound, VQs, states, pruned) of this run."""
+    runs = run(algorithm(conditional), jax.tree.map(lambda leaf: leaf[None], state), (x, mask),
+               (prior, prune_threshold, temperatures, tol, state.iteration),
+               keys=rng_key[None], max_iterations=max_iterations, checkpoint=checkpoint)
+    state, trace, _, _ = select(runs, 0)
+    return state, [np.asarray(t) for t in trace[:4]]
 
 
 class VBMCVQResult(NamedTuple):
@@ -577,9 +560,9 @@ def check_covered(x, mask):
 
     Returns
     -------
-    (x, mask) as ``inference.mcvq.em._check_observed`` returns them.
+    (x, mask) as ``inference.mcvq.core.check_observed`` returns them.
     """
-    x, mask = em._check_observed(x, mask, "x")
+    x, mask = core.check_observed(x, mask, "x")
     for axis, what in ((1, "example(s) (rows of x)"), (0, "dimension(s) (columns of x)")):
         empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
         if empty.size:
@@ -602,7 +585,7 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
     from inference.mcvq import vb_moves as vb_mcvq_moves  # imports this module
 
     key = jax.random.fold_in(rng_key, 1)
-    constant = jnp.full(em._bucket(max_iterations), temperature, x.dtype)
+    constant = jnp.full(core.bucket(max_iterations), temperature, x.dtype)
     num_moves, first = 0, 0
     if resume is not None:
         key, first, num_moves = resume
@@ -615,12 +598,10 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
         if not float(best.bound) - current > float(tol) * max(abs(current), 1.0):
             break
         num_moves += 1
-        start = int(state.iteration)
-        state, traces, _ = _iterate(best._replace(iteration=state.iteration), x, mask, prior,
-                                    threshold, constant, max_iterations, tol,
-                                    conditional=conditional)
-        its = int(state.iteration) - start
-        part = [np.asarray(t)[:its] for t in traces]  # cut on the host: its varies
+        state, part = _iterate(best._replace(iteration=state.iteration), rng_key, x, mask,
+                               prior, threshold, constant, max_iterations, tol,
+                               conditional=conditional)
+        its = part[0].shape[0]
         part[3] = part[3].copy()
         part[3][0] = True
         parts.append(part)
@@ -660,17 +641,15 @@ def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations
         resume_moves = (tree["key"], tree["round"], tree["num_moves"])
     else:
         temperatures = jnp.asarray(padded, x.dtype)
-        state, traces, _ = checkpoint.run_chunks(
-            lambda carry, stop_at: _advance_jit(carry, x, mask, prior, threshold, temperatures,
-                                               num_iterations, tol, 0, stop_at,
-                                               conditional=conditional),
-            lambda: _start_jit(rng_key, x, mask, prior, length=temperatures.shape[0],
-                               max_vqs=max_vqs, max_states=max_states),
-            total=num_iterations, finished=lambda carry: bool(carry[2]), kind=kind,
-            options=saved, checkpoint_path=path, checkpoint_every=every,
-            resume_from=resume, resumed=tree, extra={"phase": "main"})
-        its = int(state.iteration)
-        parts = [[np.asarray(t)[:its] for t in traces]]  # cut on the host: its varies
+        saving = None
+        if path is not None or resume is not None:
+            saving = checkpoint.Checkpointing(path, every, resume, saved, resumed=tree,
+                                              extra={"phase": "main"})
+        state, parts = _iterate(_init_jit(rng_key, x, mask, max_vqs, max_states, prior),
+                                rng_key, x, mask, prior, threshold, temperatures, num_iterations,
+                                tol, conditional=conditional, checkpoint=saving)
+        parts = [parts]
+        its = parts[0][0].shape[0]
         temps = [np.asarray(padded[:its])]
         resume_moves = None
 
@@ -830,7 +809,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
                          f"got shape {np.shape(prior.mean)}")
     temperatures = _schedule(temperature_schedule, max_iterations)
     num_iterations = temperatures.size
-    padded = np.ones(em._bucket(num_iterations))
+    padded = np.ones(core.bucket(num_iterations))
     padded[:num_iterations] = temperatures
     threshold = jnp.asarray(prune_threshold, x.dtype)
     tol_array = jnp.asarray(tol, x.dtype)
@@ -870,7 +849,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     # shape; entry by entry the same values) and the survivors are taken on the host
     # (inference.engine.host), so that a repeated fit compiles nothing new.
     keep = np.flatnonzero(np.asarray(state.vq_active))
-    _, shift = em._moments(x, mask)
+    _, shift = core.data_moments(x, mask)
     shift = shift[:, None, None]
     active = host.take(state.state_active, keep)
     shape, rate = host.take(state.shape, keep, axis=1), host.take(state.rate, keep, axis=1)
@@ -883,9 +862,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         pi=host.take(state.pi, keep), g=host.take(state.g, keep, axis=1),
         m=host.take(state.m, keep, axis=1), mean_mean=mean,
         mean_precision=host.take(state.precision, keep, axis=1), precision_shape=shape,
-        precision_rate=rate, mu=mean, sigma=sigma, bound=float(state.bound),
-        bound_trace=bounds, temperature_trace=host.array(temps, x.dtype),
-        num_vqs_trace=vqs,
+        precision_rate=rate, mu=mean, sigma=sigma, bound=float(state.bound), bound_trace=bounds,
+        temperature_trace=host.array(temps, x.dtype), num_vqs_trace=vqs,
         num_states_trace=states, num_iterations=its, converged=converged, monotone=monotone,
         prior=prior, num_moves=num_moves,
         num_causes=int(np.sum(np.sum(np.asarray(active), axis=1) > 1)))

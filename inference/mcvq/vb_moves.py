@@ -52,7 +52,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from inference.mcvq import em, vb
+from inference.mcvq import core, vb
 from inference.mixture.em import _kmeans_plus_plus
 
 __all__ = ["kmeans_states", "propose", "search"]
@@ -105,11 +105,11 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
         Data with 0 where ``mask`` is False.
     mask : bool array (N, D)
     centred : tuple
-        ``inference.mcvq.vb._centred_prior`` of the prior.
+        ``inference.mcvq.vb.centred_prior`` of the prior.
     conditional : bool
         The family of Q (static).
     """
-    moments, shift = em._moments(x, mask)
+    moments, shift = core.data_moments(x, mask)
     num_vqs, num_states = state.pi.shape
     removed = (jnp.arange(num_vqs) == source) & (source != target)
     g = state.g.at[:, target].add(jnp.where(source != target, state.g[:, source], 0.0))
@@ -124,11 +124,11 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
     pi = state.pi.at[target].set(jnp.mean(m_target, axis=0))
     alpha = jnp.where(vq_active, jnp.mean(g, axis=0), 0.0)
     new = state._replace(g=g, m=m, alpha=alpha / jnp.sum(alpha), pi=pi, vq_active=vq_active,
-                         state_active=state_active, stats=em._statistics(moments, m))
+                         state_active=state_active, stats=core.statistics(moments, m))
     weight, first, _ = new.stats
     new = new._replace(mean=jnp.where(weight > 0, first / jnp.maximum(weight, 1e-30), new.mean))
     for _ in range(_PARAMETER_SWEEPS):
-        new = vb._update_parameters(new, centred, conditional)
+        new = vb.update_parameters(new, centred, conditional)
     return new
 
 
@@ -164,8 +164,8 @@ def search(state: vb.VBMCVQState, rng_key, x, mask, prior, prune_threshold, temp
     pairs : int array (P, 2)
         (source, target) of every proposal; equal entries are refreshes.
     """
-    _, shift = em._moments(x, mask)
-    centred = vb._centred_prior(prior, shift, x.dtype)
+    _, shift = core.data_moments(x, mask)
+    centred = vb.centred_prior(prior, shift, x.dtype)
     num_vqs = state.pi.shape[0]
     source, target = jnp.triu_indices(num_vqs)
     keys = jax.random.split(rng_key, source.shape[0])

@@ -70,7 +70,7 @@ def saved_iteration(path):
 
 # ---------------------------------------------------------------------------- MCVQ
 
-MCVQ_OPTIONS = dict(num_iterations=60, num_restarts=2)
+MCVQ_OPTIONS = dict(max_iterations=60, num_restarts=2)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_mcvq_chunks_are_bit_identical(mcvq_data, mcvq_reference, tmp_path):
 
 def test_mcvq_interrupted_then_resumed(mcvq_data, mcvq_reference, tmp_path, monkeypatch):
     path = tmp_path / "mcvq.npz"
-    calls = interrupt_after(monkeypatch, mcvq, "_advance_restarts", 2)
+    calls = interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         mcvq.fit_mcvq(mcvq_data, 3, 4, rng_key=jax.random.key(10), checkpoint_path=path,
                       checkpoint_every=5, **MCVQ_OPTIONS)
@@ -118,7 +118,7 @@ def test_mcvq_finished_checkpoint_returns_at_once(mcvq_data, mcvq_reference, tmp
     path = tmp_path / "done.npz"
     mcvq.fit_mcvq(mcvq_data, 3, 4, rng_key=jax.random.key(10), checkpoint_path=path,
                   checkpoint_every=100, **MCVQ_OPTIONS)
-    interrupt_after(monkeypatch, mcvq, "_advance_restarts", 0)  # any chunk would raise
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 0)  # any chunk would raise
     assert_identical(mcvq_reference, mcvq.fit_mcvq(
         mcvq_data, 3, 4, rng_key=jax.random.key(10), resume_from=path, **MCVQ_OPTIONS))
 
@@ -146,20 +146,21 @@ def test_write_interrupted_keeps_the_previous_checkpoint(mcvq_data, tmp_path, mo
 KILLED_SCRIPT = textwrap.dedent("""
     import sys, time
     import jax, numpy as np
+    from inference.engine import loop as engine_loop
     from inference.mcvq import em as mcvq
     from ppl_models import mcvq as mcvq_model
 
-    original = mcvq._advance_restarts
+    original = engine_loop._advance_jit
 
     def slow(*args, **kwargs):  # chunks slow enough to be killed between
         out = jax.block_until_ready(original(*args, **kwargs))
         time.sleep(0.4)
         return out
 
-    mcvq._advance_restarts = slow
+    engine_loop._advance_jit = slow
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
                                        num_states=3).x)
-    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), num_iterations=60, num_restarts=2,
+    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), max_iterations=60, num_restarts=2,
                   checkpoint_path=sys.argv[1], checkpoint_every=3)
     print("finished", flush=True)
 """)
@@ -195,12 +196,12 @@ def test_mcvq_on_shapes_interrupted_then_resumed(tmp_path, monkeypatch):
     examples/mcvq_shapes.py), fewer starts and iterations: interrupted after two
     chunks of 10 iterations and resumed, it matches the uninterrupted fit."""
     x = np.asarray(shapes.generate(jax.random.key(0)).x_train)
-    options = dict(rng_key=jax.random.key(1), num_iterations=60, num_restarts=2,
+    options = dict(rng_key=jax.random.key(1), max_iterations=60, num_restarts=2,
                    variance_floor=0.3, tol=1e-5)
     reference = mcvq.fit_mcvq(x, 3, 5, **options)
     assert reference.num_iterations > 20  # the interruption below is mid-fit
     path = tmp_path / "shapes.npz"
-    interrupt_after(monkeypatch, mcvq, "_advance_restarts", 2)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         mcvq.fit_mcvq(x, 3, 5, checkpoint_path=path, checkpoint_every=10, **options)
     monkeypatch.undo()
@@ -245,7 +246,7 @@ def test_resume_from_missing_file(mcvq_data, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (dict(tol=1e-4), r"option tol differs.*tol=1e-06 there, tol=0.0001 here"),
-    (dict(num_iterations=61), r"option num_iterations differs.*=60 there.*=61 here"),
+    (dict(max_iterations=61), r"option max_iterations differs.*=60 there.*=61 here"),
     (dict(rng_key=jax.random.key(11)), r"option rng_key differs"),
     (dict(num_restarts=3), r"option num_restarts differs.*=2 there.*=3 here"),
 ])
@@ -395,7 +396,7 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
     assert_identical(reference, vb_mcvq.fit_vb_mcvq(
         x, 6, 6, checkpoint_path=tmp_path / "every", checkpoint_every=3, **options))
     path = tmp_path / "vb.npz"
-    interrupt_after(monkeypatch, vb_mcvq, "_advance_jit", 2)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         vb_mcvq.fit_vb_mcvq(x, 6, 6, checkpoint_path=path, checkpoint_every=4, **options)
     monkeypatch.undo()

@@ -133,7 +133,7 @@ def test_fit_vb_mixture(blobs):
 
 @pytest.mark.slow
 def test_fit_mcvq(mcvq_data):
-    assert_identical(lambda: fit_mcvq(mcvq_data, 2, 2, rng_key=KEY, num_iterations=5))
+    assert_identical(lambda: fit_mcvq(mcvq_data, 2, 2, rng_key=KEY, max_iterations=5))
 
 
 @pytest.mark.slow

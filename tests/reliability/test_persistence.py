@@ -77,7 +77,7 @@ def _tiny_results():
     out["select_num_components"] = inference.select_num_components(
         mixture.x, [2, 3], rng_key=keys[3])
     data = mcvq_model.generate(keys[4], num_examples=30, dim=6, num_vqs=2, num_states=2)
-    out["fit_mcvq"] = inference.fit_mcvq(data.x, 2, 2, rng_key=keys[5], num_iterations=10)
+    out["fit_mcvq"] = inference.fit_mcvq(data.x, 2, 2, rng_key=keys[5], max_iterations=10)
     out["fit_vb_mcvq"] = inference.fit_vb_mcvq(data.x, 2, 2, rng_key=keys[5],
                                                max_iterations=10)
     clipped = generate_clipped(keys[6], num_examples=60, num_visible=5, num_hidden=2)

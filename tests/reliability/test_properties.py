@@ -82,8 +82,8 @@ def test_mixture_em_criterion_never_increases(seed, mode, scale):
 def test_mcvq_free_energy_never_increases_at_fixed_temperature(seed, temperature):
     data = mcvq.generate(jax.random.key(seed % 1000), 30, 6, 2, 3)
     result = quiet(fit_mcvq, data.x, 2, 3, rng_key=jax.random.key(seed),
-                   temperature_schedule=temperature, num_iterations=15, tol=1e-12)
-    trace = np.asarray(result.free_energy_trace, float)
+                   temperature_schedule=temperature, max_iterations=15, tol=1e-12)
+    trace = np.asarray(result.trace.objective, float)
     assert np.all(np.isfinite(trace))
     # Every update is an exact block minimiser; float32 rounding: 1e-6 |F| per step
     # (as tests/test_mcvq.py).

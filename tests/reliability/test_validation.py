@@ -297,7 +297,7 @@ rows("compare_criteria", lambda x=X, c=(1, 2), **kw: compare_criteria(
 
 # --- MCVQ -------------------------------------------------------------------------------
 MCVQ_X = np.arange(24, dtype=np.float32).reshape(6, 4) % 5
-_MCVQ = dict(rng_key=KEY, num_iterations=2)
+_MCVQ = dict(rng_key=KEY, max_iterations=2)
 BAD_MCVQ_X = [
     ("x", dict(x=MCVQ_X[0]), ValueError, r"^x must be 2-D"),
     ("x", dict(x=with_entry(MCVQ_X, (0, 0), np.nan)), ValueError, r"^x has 1 NaN or infinite"),
@@ -313,7 +313,7 @@ rows("fit_mcvq", lambda x=MCVQ_X, k=2, j=2, **kw: fit_mcvq(x, k, j, **{**_MCVQ, 
     ("mask", dict(mask=np.zeros((6, 4), bool)), ValueError, r"^mask leaves example"),
     ("variance_floor", dict(variance_floor=0.0), ValueError, r"^variance_floor must be positive"),
     ("tol", dict(tol=-1.0), ValueError, r"^tol must be"),
-    ("num_iterations", dict(num_iterations=0), ValueError, r"^num_iterations must be at least 1"),
+    ("max_iterations", dict(max_iterations=0), ValueError, r"^max_iterations must be at least 1"),
     ("num_restarts", dict(num_restarts=0), ValueError, r"^num_restarts must be at least 1"),
     ("initial_temperature", dict(initial_temperature=-1.0), ValueError,
      r"^initial_temperature must be positive"),
