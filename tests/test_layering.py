@@ -26,17 +26,14 @@ MAX_LINES = 500
 KNOWN_LONG = {
     "inference.association.directed", "inference.gvq.baselines",
     "inference.gvq.em", "inference.mcvq.baselines", "inference.mcvq.em", "inference.mcvq.vb",
-    "inference.mixture.baselines", "inference.mixture.em", "inference.mixture.online",
+    "inference.mixture.baselines", "inference.mixture.online",
     "inference.mixture.stream", "inference.mixture.vb",
 }
 KNOWN_PRIVATE = {
     "inference.gvq.constraints", "inference.gvq.em", "inference.mcvq.stream",
-    "inference.mcvq.vb_moves", "inference.mixture.baselines", "inference.mixture.em",
-    "inference.mixture.online", "inference.mixture.sharded", "inference.mixture.stream",
-    "inference.mixture.vb",
 }
 KNOWN_CYCLES = {
-    "inference.mixture.em", "inference.mcvq.em", "inference.mcvq.vb",
+    "inference.mcvq.em", "inference.mcvq.vb",
     "inference.association.core", "inference.clipped.fit", "inference.gvq.em",
 }
 

@@ -20,7 +20,7 @@ full covariances, Cholesky factors of correlations ``"corr"`` ~ LKJ(2).
 
 Every learner is scored alike (``inference.mixture.compare``): the mean
 log-likelihood (1/N) sum_i log p(x_i | theta) = -L_stocha (eq. 14-16) of
-:func:`inference.mixture.em.criteria`, on the learning data and on held-out data.
+:func:`inference.mixture.criteria.criteria`, on the learning data and on held-out data.
 
 Label switching: the program is invariant under permutations of the components,
 so the posterior has k! symmetric modes and a chain (or chains) may visit more
@@ -55,7 +55,9 @@ from numpyro.infer import NUTS, SVI, TraceEnum_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine.progress import progress, tick
-from inference.mixture.em import _kmeans_plus_plus, component_log_joint, criteria
+from inference.mixture.criteria import criteria
+from inference.mixture.features import component_log_joint
+from inference.mixture.seeding import kmeans_plus_plus
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
@@ -152,7 +154,7 @@ def _initial_parameters(key, x, k, covariance, init_means, init_weights, init_co
     """
     num, dim = x.shape
     if init_means is None:
-        means = _kmeans_plus_plus(key, x, k)
+        means = kmeans_plus_plus(key, x, k)
     else:
         means = jnp.asarray(init_means, x.dtype)
         if means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(means))):

@@ -4,7 +4,7 @@ Seed 002 sec. 6 (``shared/MODELS.md`` 3). Every method is a pure, jittable
 :func:`step` that takes one example x_t of a stream, with :func:`run` (a
 ``lax.scan`` over a stream) and the driver :func:`fit_online` (shuffled passes
 over a data set, traced every ``trace_every`` steps). Posteriors are read from
-the program through :func:`inference.mixture.em.component_log_joint`.
+the program through :func:`inference.mixture.features.component_log_joint`.
 
 Methods (``METHODS``):
 
@@ -108,7 +108,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference.engine import host
-from inference.mixture.em import _kmeans_plus_plus, _project, component_log_joint
+from inference.mixture.features import component_log_joint, project
+from inference.mixture.seeding import kmeans_plus_plus
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
@@ -281,7 +282,7 @@ def init(rng_key, x, num_components: int, *, init_method: str = "kmeans++", mean
     if means is None:
         key_means, key_noise = jax.random.split(rng_key)
         if init_method == "kmeans++":
-            means = _kmeans_plus_plus(key_means, x, k)
+            means = kmeans_plus_plus(key_means, x, k)
         else:
             rows = jax.random.choice(key_means, x.shape[0], (k,), replace=False)
             means = x[rows] + 0.01 * jnp.sqrt(spread) * jax.random.normal(key_noise, (k, dim))
@@ -292,7 +293,7 @@ def init(rng_key, x, num_components: int, *, init_method: str = "kmeans++", mean
         e_mse = jnp.mean(jnp.min(jnp.sum((x[:, None, :] - means[None]) ** 2, -1), axis=1))
         variance = jnp.maximum(e_mse / dim, 1e-3 * spread)
         covariances = jnp.broadcast_to(variance * jnp.eye(dim, dtype=x.dtype), (k, dim, dim))
-    covariances = _project(jnp.asarray(covariances, x.dtype), covariance)
+    covariances = project(jnp.asarray(covariances, x.dtype), covariance)
     t = jnp.asarray(float(k) if prior_count is None else prior_count, x.dtype)
     return OnlineState(weights, means, covariances, jnp.zeros(k, x.dtype), t,
                        jnp.asarray(0, jnp.int32), jnp.ones(k, bool), weights, means, covariances)
@@ -343,7 +344,7 @@ def _adaptive_em(state, x_t, covariance, reg_covar, old_posterior, num_examples,
     ratio, gain = state.weights / denom, h / denom
     means = state.means + gain[:, None] * (x_t - state.means)  # = ratio m + gain x
     diff = x_t - state.means
-    outer = _project(diff[:, :, None] * diff[:, None, :], covariance)
+    outer = project(diff[:, :, None] * diff[:, None, :], covariance)
     cov = ratio[:, None, None] * state.covariances + gain[:, None, None] * outer
     cov = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
     chol = jnp.linalg.cholesky(cov)
@@ -428,7 +429,7 @@ def step(state: OnlineState, x_t, *, method: str = "rpcl", criterion=None, delea
     weights, cov = state.weights, state.covariances
     if criterion == "posterior":  # eq. 25 with winner-take-all: h(c|x_t) = 1/t
         weights = (state.t * weights + jax.nn.one_hot(c, k, dtype=weights.dtype)) / (state.t + 1)
-        outer = _project((diff[:, None] * diff[None, :])[None], covariance)[0]
+        outer = project((diff[:, None] * diff[None, :])[None], covariance)[0]
         cov = cov.at[c].set((1.0 - eta_cov) * cov[c] + eta_cov * outer)
     state = state._replace(weights=weights, means=means, covariances=cov,
                            counts=state.counts.at[c].add(1.0), t=state.t + 1.0,

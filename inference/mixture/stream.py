@@ -18,7 +18,7 @@ found by a first pass that also counts and checks the rows). Passes made by a
 fit with I iterations: 1 (counts, mean, variance, checks) + I (EM) + 1
 (criteria at the final parameters) + one per iteration whose moment-form
 covariance would cancel (the exact scatter about the new means, as
-``_m_step``'s fallback). The result equals the in-memory fit to float rounding
+``m_step``'s fallback). The result equals the in-memory fit to float rounding
 (the sums are grouped differently, and the shift is the float64 mean where the
 in-memory fit takes ``jnp.mean``); tested in float64 at 1e-9 (objective and
 criteria at 1e-6 where the log-joint itself is ill-conditioned: a tight
@@ -56,22 +56,16 @@ import numpy as np
 from inference.engine import host
 from inference.engine.streaming import Pass, batches, merge_moments
 from inference.mixture import online as mixture_online
-from inference.mixture.em import (
-    MixtureResult,
-    _block_responsibilities,
-    _block_rows,
-    _check_end,
-    _check_options,
-    _check_reg_covar,
-    _feature_width,
-    _finish_m_step,
-    _first_argmax,
-    _initial_state,
-    _kind_of,
-    _log_joint_eta,
-    _moment_form,
-    _State,
-    quadratic_features,
+from inference.mixture.checks import check_end, check_options, check_reg_covar, initial_state
+from inference.mixture.features import feature_width, kind_of, quadratic_features
+from inference.mixture.mstep import finish_m_step, moment_form
+from inference.mixture.result import MixtureResult
+from inference.mixture.sweep import (
+    EMState,
+    block_responsibilities,
+    block_rows,
+    first_argmax,
+    log_joint_eta,
 )
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
@@ -82,7 +76,7 @@ __all__ = ["fit_mixture_stream", "OnlineStreamResult", "fit_online_stream"]
 # ---------------------------------------------------------------------------------------
 # Per-batch device functions. Each takes one batch padded to whole blocks of ``block``
 # rows (``_padded``) and scans over its blocks, building the quadratic features of one
-# block at a time (so a batch needs no (rows, p) feature array), as ``_sweep`` does over
+# block at a time (so a batch needs no (rows, p) feature array), as ``sweep`` does over
 # the in-memory fit's blocks.
 
 
@@ -96,14 +90,14 @@ def _blocked(rows, num_valid, block):
 @functools.partial(jax.jit, static_argnames=("mode", "kind", "block"))
 def _batch_statistics(rows, num_valid, eta, active, shift, *, mode, kind, block):
     """E-step and M-step statistics of one batch: ``R^T t(x)`` (k, p) and the summed
-    objective (``inference.mixture.em._sweep`` on the batch, features built per block)."""
+    objective (``inference.mixture.sweep.sweep`` on the batch, features built per block)."""
     k, p = eta.shape
 
     def body(carry, blk):
         stats, total = carry
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
-        resp, labels, value = _block_responsibilities(phi, valid, eta, active, mode,
+        resp, labels, value = block_responsibilities(phi, valid, eta, active, mode,
                                                       one_hot=False)
         if resp is None:  # hard modes: sum the rows of each component
             block_stats = jax.ops.segment_sum(jnp.where(valid[:, None], phi, 0.0), labels, k)
@@ -122,7 +116,7 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
 
     ``"nearest"``: sum_n ||x_n - m_{y_n}||^2 over the batch; else the scatter
     sum_n r_ny (x_n - m_y)(x_n - m_y)^T (k, d, d), or its diagonal (k, d)
-    (``inference.mixture.em._exact_scatter``).
+    (``inference.mixture.sweep.exact_scatter``).
     """
     k, dim = means.shape
 
@@ -130,10 +124,10 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
         if mode == "nearest":
-            labels = _block_responsibilities(phi, valid, eta, active, mode, one_hot=False)[1]
+            labels = block_responsibilities(phi, valid, eta, active, mode, one_hot=False)[1]
             residual = xb - means[labels]
             return total + jnp.sum(jnp.where(valid, jnp.sum(residual * residual, 1), 0.0)), None
-        resp = _block_responsibilities(phi, valid, eta, active, mode)[0]
+        resp = block_responsibilities(phi, valid, eta, active, mode)[0]
         centred = xb[None, :, :] - means[:, None, :]
         if covariance == "full":
             return total + jnp.einsum("nk,kni,knj->kij", resp, centred, centred), None
@@ -148,7 +142,7 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
 @functools.partial(jax.jit, static_argnames=("kind", "map_is_nearest", "block"))
 def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights, means, shift,
                     *, kind, map_is_nearest, block):
-    """Sums of one batch for the criteria (``inference.mixture.em._block_criteria``).
+    """Sums of one batch for the criteria (``inference.mixture.criteria.block_criteria``).
 
     Returns (sum log p(x), sum [max_y log p(x, y) - log alpha_{label}], sum of squared
     distances to the nearest mean, counts of the MAP labels (k,)), the MAP labels and
@@ -160,13 +154,13 @@ def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights,
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
         log_joint = jnp.where(active, phi @ eta_joint.T, -jnp.inf)
-        labels, top = _first_argmax(log_joint)
+        labels, top = first_argmax(log_joint)
         if map_is_nearest:
             nearest = labels
         else:
             spherical = phi if kind == "spherical" else quadratic_features(
                 xb, "spherical", shift)[1]
-            nearest, _ = _first_argmax(jnp.where(active, spherical @ eta_energy.T, -jnp.inf))
+            nearest, _ = first_argmax(jnp.where(active, spherical @ eta_energy.T, -jnp.inf))
         residual = xb - means[nearest]
         sums = (jnp.sum(jnp.where(valid, jax.nn.logsumexp(log_joint, axis=1), 0.0)),
                 jnp.sum(jnp.where(valid, top - log_weights[labels], 0.0)),
@@ -182,17 +176,17 @@ def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights,
 
 @functools.partial(jax.jit, static_argnames=("mode", "covariance"))
 def _eta(state, shift, *, mode, covariance):
-    """The program's natural parameters at ``state`` (``inference.mixture.em._log_joint_eta``)."""
+    """The program's natural parameters at ``state`` (``inference.mixture.sweep.log_joint_eta``)."""
     x1 = jnp.zeros((1, state.means.shape[1]), state.means.dtype)  # the trace needs a shape only
-    return _log_joint_eta(x1, state, mode, covariance, shift)
+    return log_joint_eta(x1, state, mode, covariance, shift)
 
 
 # ---------------------------------------------------------------------------------------
 # The M-step in two halves around the optional exact pass: the halves of
-# ``inference.mixture.em._m_step``, whose fallback reads x in memory.
+# ``inference.mixture.mstep.m_step``, whose fallback reads x in memory.
 
-_moment_form_jit = jax.jit(_moment_form, static_argnames=("mode", "covariance"))
-_finish_m_step_jit = jax.jit(_finish_m_step, static_argnames=("mode", "covariance", "prune"))
+_moment_form_jit = jax.jit(moment_form, static_argnames=("mode", "covariance"))
+_finish_m_step_jit = jax.jit(finish_m_step, static_argnames=("mode", "covariance", "prune"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -214,7 +208,8 @@ def _first_pass(source, k):
 
 def _distinct_rows(rows, k):
     """Up to k distinct rows of ``rows``; sorts a prefix first (4 k rows, at least 1024),
-    all rows only when the prefix has fewer than k (``inference.mixture.em._has_distinct_rows``)."""
+    all rows only when the prefix has fewer than k
+    (``inference.mixture.seeding.has_distinct_rows``)."""
     found = np.unique(rows[:max(4 * k, 1024)], axis=0)
     if found.shape[0] < k and rows.shape[0] > max(4 * k, 1024):
         found = np.unique(rows, axis=0)
@@ -273,7 +268,7 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     -------
     MixtureResult
     """
-    _check_options(mode, covariance, weight_rule, prune, init)
+    check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     check_positive(reg_covar, "reg_covar") if reg_covar else None
@@ -316,7 +311,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     if spread == 0.0:
         raise ValueError("source has no spread (every example is the same point): nothing "
                          "to fit")
-    _check_reg_covar(reg_covar, spread, "source", stacklevel=4)
+    check_reg_covar(reg_covar, spread, "source", stacklevel=4)
     if mode == "nearest":
         covariance = "spherical"
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
@@ -325,12 +320,12 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
             and _distinct_rows(np.asarray(first), k).shape[0] < k):
         raise ValueError(f"the first batch of source has fewer than num_components={k} "
                          "distinct rows to seed from; pass init_means or larger batches")
-    state, weight_offset = _initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
+    state, weight_offset = initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
                                           covariance, init, rng_key, init_means, init_weights,
                                           init_covariances, weight_rule)
-    kind = _kind_of(covariance)
+    kind = kind_of(covariance)
     passes = Pass(data, dtype, first.shape[0],
-                  block=_block_rows(first.shape[0], _feature_width(kind, dim)))
+                  block=block_rows(first.shape[0], feature_width(kind, dim)))
     block = passes.block
     numbers = (jnp.asarray(reg_covar, dtype), jnp.asarray(min_count, dtype),
                jnp.asarray(variance_threshold * spread, dtype),
@@ -349,7 +344,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         _checked_rows(rows_seen, num, "source", f"EM iteration {it + 1}")
         objective = total / num
         parts = _moment_form_jit(stats, state, shift, mode=mode, covariance=covariance)
-        if bool(parts["cancels"]):  # the exact pass about the new means (_m_step's fallback)
+        if bool(parts["cancels"]):  # the exact pass about the new means (m_step's fallback)
             exact = 0.0
             for rows, count in passes:
                 exact = exact + _batch_exact(rows, count, eta, state.active, shift,
@@ -378,7 +373,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     equal = jnp.where(active, 1.0, 0.0).astype(dtype) / jnp.maximum(jnp.sum(active), 1)
     eye = jnp.broadcast_to(jnp.eye(dim, dtype=dtype), (kp, dim, dim))
     eta_joint = _eta(state, shift, mode="stochastic", covariance=covariance)
-    eta_energy = _eta(_State(equal, state.means, eye, active), shift, mode="nearest",
+    eta_energy = _eta(EMState(equal, state.means, eye, active), shift, mode="nearest",
                       covariance="spherical")
     log_weights = jnp.log(jnp.where(state.weights > 0, state.weights, 1.0))
     sums, labels_parts, rows_seen = None, [], 0
@@ -405,7 +400,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     values = {name: float(value) for name, value in values.items()}
 
     active = np.asarray(active)
-    keep, collapsed = _check_end("fit_mixture_stream", "source", state, active, bool(done), k,
+    keep, collapsed = check_end("fit_mixture_stream", "source", state, active, bool(done), k,
                                  num, dim, mode=mode, prune=prune, min_count=min_count,
                                  variance_threshold=variance_threshold, spread=spread,
                                  reg_covar=reg_covar, max_iterations=max_iterations,

@@ -83,7 +83,7 @@ import numpy as np
 from jax.scipy.special import digamma, multigammaln
 
 from inference.engine import host
-from inference.mixture.em import _kmeans_plus_plus
+from inference.mixture.seeding import kmeans_plus_plus
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
@@ -384,7 +384,7 @@ def init(rng_key, x, max_components: int, prior: VBPrior,
     _check_covariance(covariance)
     prior = _diagonal_prior(prior, covariance)
     k, d = max_components, x.shape[1]
-    centres = _kmeans_plus_plus(rng_key, x, k)
+    centres = kmeans_plus_plus(rng_key, x, k)
     dist2 = jnp.sum((x[:, None, :] - centres[None]) ** 2, axis=-1)
     resp = jax.nn.one_hot(jnp.argmin(dist2, axis=1), k, dtype=x.dtype)
     return VBMixtureState(
@@ -397,7 +397,7 @@ def init(rng_key, x, max_components: int, prior: VBPrior,
 
 
 @functools.partial(jax.jit, static_argnames=("max_components", "max_iterations", "covariance"))
-def _run(rng_key, x, prior, prune_threshold, tol, *, max_components, max_iterations,
+def run_em(rng_key, x, prior, prune_threshold, tol, *, max_components, max_iterations,
          covariance):
     state = init(rng_key, x, max_components, prior, covariance)
     traces = (jnp.full(max_iterations, jnp.nan, x.dtype),
@@ -584,7 +584,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     prior = _diagonal_prior(VBPrior(
         jnp.asarray(prior.mean, x.dtype), jnp.asarray(prior.mean_scale, x.dtype),
         jnp.asarray(prior.dof, x.dtype), jnp.asarray(prior.covariance, x.dtype)), covariance)
-    state, (bounds, counts, pruned), _ = _run(
+    state, (bounds, counts, pruned), _ = run_em(
         rng_key, x, prior, jnp.asarray(prune_threshold, x.dtype), jnp.asarray(tol, x.dtype),
         max_components=max_components, max_iterations=max_iterations, covariance=covariance)
     if bool(state.all_pruned):
