@@ -26,8 +26,6 @@ MAX_LINES = 500
 KNOWN_LONG = {
     "inference.association.directed", "inference.gvq.baselines",
     "inference.gvq.em", "inference.mcvq.baselines", "inference.mcvq.em", "inference.mcvq.vb",
-    "inference.mixture.baselines", "inference.mixture.online",
-    "inference.mixture.stream", "inference.mixture.vb",
 }
 KNOWN_PRIVATE = {
     "inference.gvq.constraints", "inference.gvq.em", "inference.mcvq.stream",

@@ -15,7 +15,8 @@ from inference.engine.streaming import BatchSource, is_stream
 from inference.mixture import stream as streaming
 from inference.mixture.em import fit_mixture
 from inference.mixture.online import fit_online, init, stream_order
-from inference.mixture.stream import fit_mixture_stream, fit_online_stream
+from inference.mixture.online_stream import fit_online_stream
+from inference.mixture.stream import fit_mixture_stream
 from ppl_models import mixture as mx
 from ppl_models.diagnostics import ConvergenceWarning
 

@@ -413,6 +413,20 @@ def _result_kind(cls) -> str:
     return f"result:{cls.__module__}.{cls.__qualname__}"
 
 
+def _names_class(kind: str, cls) -> bool:
+    """Whether ``kind`` (``result:<module>.<class>``) names ``cls``: as written, or through
+    a module of the package that re-exports it (a class moved within its family)."""
+    if kind == _result_kind(cls):
+        return True
+    module_name, _, class_name = kind[len("result:"):].rpartition(".")
+    if module_name.split(".")[0] not in _TRUSTED_PACKAGES:
+        return False
+    try:
+        return getattr(importlib.import_module(module_name), class_name, None) is cls
+    except ImportError:
+        return False
+
+
 def save_result(result, path, *, options: dict | None = None) -> pathlib.Path:
     """Save a fit result (any NamedTuple of the zoo) to ``path``; see :func:`load`.
 
@@ -435,7 +449,7 @@ def load(path):
     if not metadata["kind"].startswith("result:"):
         raise PersistenceError(f"{path} holds {metadata['kind']!r}, not a fit result; "
                                "checkpoints are read by the fit's resume_from=")
-    if not _is_namedtuple(tree) or _result_kind(type(tree)) != moved_kind(metadata["kind"]):
+    if not _is_namedtuple(tree) or not _names_class(moved_kind(metadata["kind"]), type(tree)):
         raise PersistenceError(f"{path}: its content does not match its kind "
                                f"{metadata['kind']!r}")
     return tree

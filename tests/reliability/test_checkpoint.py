@@ -420,7 +420,7 @@ def _svi_case(which):
     """(module of the fit, ``run(**options)``) of a small SVI fit of each wrapper."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
-    from inference.mixture import baselines as mixture_baselines
+    from inference.mixture import baselines_svi as mixture_baselines
 
     if which == "gvq":
         x = np.asarray(gvq_model.generate_planted(jax.random.key(11), 30, 3, 6,

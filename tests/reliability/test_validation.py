@@ -44,8 +44,9 @@ from inference.gvq.constraints import associate_sets
 from inference.mcvq.baselines import fit_mcvq_meanfield_svi, fit_mcvq_svi, fit_variational
 from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi, mixture_loo
 from inference.mixture.online import fit_online
+from inference.mixture.online_stream import fit_online_stream
 from inference.mixture.selection import compare_criteria, select_num_components
-from inference.mixture.stream import fit_mixture_stream, fit_online_stream
+from inference.mixture.stream import fit_mixture_stream
 from ppl_models import REGISTRY, clipped_gaussian, gvq, mcvq, mixture
 from ppl_models import vb_mixture as vb_program
 from ppl_models.datasets import causes, ratings, shapes, text
