@@ -718,7 +718,7 @@ def format_profile(p: dict) -> str:
 def main(argv=None) -> dict:
     """Run the benchmark, print the tables and write the JSON; return the results."""
     args = parse_args(argv)
-    association_module._load_methods()
+    association_module.load_methods()
     methods = list(args.methods or sorted(METHODS, key=lambda m: (m != "exact", m)))
     unknown = [m for m in methods if m not in METHODS]
     if unknown:

@@ -5,7 +5,7 @@ Compares, in one run, on the same planted GVQ data, dtype and machine:
 * ours: ``inference.associate(features, x, method="exact", check=False)``, the
   exhaustive search over the 2^n states through the quadratic form of the
   energy (seed 000 sec. 3.1, eq. 2; :mod:`inference.association.core`);
-* peer: ``inference.gvq.baselines.map_associate(features, x, sigma=...)``,
+* peer: ``inference.gvq.baselines.map_associate(features, x, noise=...)``,
   NumPyro's generic ``infer_discrete(temperature=0)`` (max-product over the
   enumerated units) on the same GVQ program, as shipped;
 * the jitted cores of both, without the wrappers' input validation:
@@ -62,7 +62,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from inference import associate  # noqa: E402
 from inference.association.core import _associate_jit  # noqa: E402
-from inference.gvq.baselines import _map_states, map_associate  # noqa: E402
+from inference.gvq.baselines import map_associate  # noqa: E402
+from inference.gvq.baselines_association import _map_states  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 
 #: Goal of the issue: at n = GOAL_SIZE ours is at least GOAL_RATIO x faster.
@@ -187,7 +188,7 @@ def bench_size(num_features: int, args: argparse.Namespace) -> dict:
     sigma = jnp.asarray(args.sigma, x.dtype)
     methods = {
         "ours": lambda: associate(features, x, method="exact", check=False),
-        "peer": lambda: map_associate(features, x, sigma=args.sigma),
+        "peer": lambda: map_associate(features, x, noise=args.sigma),
         # The jitted cores that the two wrappers call, alone.
         "ours_core": lambda: _associate_jit(features, x, None, {}, None, method="exact",
                                             model=gvq.model, latent="s", static_kwargs=(),

@@ -56,7 +56,7 @@ Time to target. For EM, the smallest ``num_iterations`` whose run reaches the
 target, found by doubling and bisection over fit_gvq calls (each a compile;
 these calls are not timed); for SVI, the fastest setting's step count from the
 tuning. Then each learner's public call at that budget
-(``fit_gvq(num_iterations=k)``, ``fit_gvq_svi(num_steps=k)``, validation and
+(``fit_gvq(max_iterations=k)``, ``fit_gvq_svi(num_steps=k)``, validation and
 the final exact association of SVI included) is timed once after
 ``jax.clear_caches()`` (first call, compilation included, its own column; SVI's
 first call also verifies that the public call reaches the target, stepping on
@@ -318,11 +318,11 @@ class Problem:
     def em(self, method: str, num_iterations: int):
         return fit_gvq(self.x, self.num_features, method=method, rng_key=self.key_em,
                        num_restarts=self.args.num_restarts, init_features=self.starts,
-                       num_iterations=num_iterations)
+                       max_iterations=num_iterations)
 
     def svi(self, setting: dict, num_steps: int):
         return fit_gvq_svi(self.x, self.num_features, rng_key=self.key_svi,
-                           sigma=setting["sigma"], learning_rate=setting["learning_rate"],
+                           noise=setting["sigma"], learning_rate=setting["learning_rate"],
                            num_steps=num_steps, num_restarts=self.args.num_restarts,
                            init_features=self.starts)
 
@@ -634,7 +634,7 @@ def main(argv=None) -> dict:
           "exact re-association")
     print("(mean ||x - s F||^2). budget: EM iterations (it) or SVI steps (st) needed; first s: "
           "first call incl.")
-    print("compile; to target: warm public calls fit_gvq(num_iterations=k) / "
+    print("compile; to target: warm public calls fit_gvq(max_iterations=k) / "
           "fit_gvq_svi(num_steps=k), reps of them;")
     print("SVI/EM: speedup of EM over SVI (medians; '>': over SVI reaching only its own best "
           "error, row SVI own);")

@@ -482,7 +482,7 @@ def main(argv=None):
     num_trials = 10 if args.quick else args.trials
     if num_trials < 1:
         parser.error(f"--trials must be positive; got {num_trials}")
-    association._load_methods()
+    association.load_methods()
     available = set(association.METHODS)
     for method in ("dbr", "dbp"):
         if method not in available:

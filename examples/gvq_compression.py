@@ -249,7 +249,7 @@ def run_gvq(rng_key, x, num_features, *, num_restarts, num_iterations):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ZooWarning)
         result = fit_gvq(x, num_features + 1, num_sets=1, method=method, rng_key=key_fit,
-                         num_restarts=num_restarts, num_iterations=num_iterations)
+                         num_restarts=num_restarts, max_iterations=num_iterations)
         features = np.asarray(result.features, np.float64)
         quantised = quantise(features)
         states_q, _, _ = associate_sets(quantised.astype(np.float32), x, 1, method=method,

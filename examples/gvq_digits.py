@@ -244,7 +244,7 @@ def run_gvq(rng_key, x, *, num_restarts, num_iterations, m_step_iterations):
         start = time.perf_counter()
         result = fit_gvq(x, num_features, num_sets=NUM_SETS, binary=True, beta=BETA,
                          method="exact", rng_key=rng_key, num_restarts=num_restarts,
-                         num_iterations=num_iterations, m_step_iterations=m_step_iterations)
+                         max_iterations=num_iterations, m_step_iterations=m_step_iterations)
         jax.block_until_ready(result.features)
         seconds = time.perf_counter() - start
         states, sets, _ = associate_sets(result.features, x, NUM_SETS,
@@ -264,7 +264,7 @@ def run_gvq(rng_key, x, *, num_restarts, num_iterations, m_step_iterations):
         "fit_error": float(result.error), "seconds": seconds, "iterations": iterations,
         "converged": bool(result.converged),
         "restart_errors": np.asarray(result.restart_errors).tolist(),
-        "error_trace": np.asarray(result.error_trace)[:iterations].tolist(),
+        "error_trace": np.asarray(result.trace.objective).tolist(),
         "num_reassigned": int(np.sum(np.any(np.asarray(states) != np.asarray(result.states),
                                              axis=1))),
         "warnings": sorted({str(w.message) for w in caught if issubclass(w.category, ZooWarning)}),

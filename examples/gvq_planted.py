@@ -69,10 +69,10 @@ def main(argv=None):
             methods[1]: lambda d=data, k=key, s=starts: fit_gvq(
                 d.x, num_features, rng_key=k, num_restarts=4, init_features=s),
             methods[2]: lambda d=data, k=key, s=starts: fit_gvq_svi(
-                d.x, num_features, rng_key=k, sigma=args.noise, num_steps=svi_steps,
+                d.x, num_features, rng_key=k, noise=args.noise, num_steps=svi_steps,
                 num_restarts=4, init_features=s),
             methods[3]: lambda d=data, k=key, s=starts: fit_gvq_svi(
-                d.x, num_features, rng_key=k, sigma=0.3, num_steps=svi_steps,
+                d.x, num_features, rng_key=k, noise=0.3, num_steps=svi_steps,
                 num_restarts=4, init_features=s),
         }
         for name, run in runs.items():
@@ -86,7 +86,7 @@ def main(argv=None):
             stats[name]["error"].append(float(result.error))
             stats[name]["time"].append(elapsed)
             if name == methods[1]:
-                traces.append(np.asarray(result.error_trace[: int(result.num_iterations)]))
+                traces.append(np.asarray(result.trace.objective))
                 if shown is None:
                     perm, _ = match_features(result.features, data.features)
                     shown = (np.asarray(data.features), np.asarray(result.features)[perm])

@@ -11,7 +11,7 @@ import importlib
 from ppl_models.registry import FAMILIES, REGISTRY, Family, ModelInfo, register, register_family
 
 #: The model modules, imported (and so registered) with the package.
-MODEL_MODULES = ("gvq", "clipped_gaussian", "mixture", "vb_mixture", "mcvq")
+MODEL_MODULES = ("gvq", "clipped_gaussian", "mixture", "vb_mixture", "mcvq", "ppca")
 
 for _name in MODEL_MODULES:
     importlib.import_module(f"ppl_models.{_name}")

@@ -62,7 +62,7 @@ def test_infer_discrete_map_agrees_with_exact_on_every_example(num_features):
     data = gvq.generate_planted(jax.random.key(30 + num_features), 60, num_features, 10,
                                 noise_scale=0.3)
     ours = associate(data.features, data.x)
-    numpyro_map = map_associate(data.features, data.x, sigma=0.3)
+    numpyro_map = map_associate(data.features, data.x, noise=0.3)
     np.testing.assert_array_equal(np.asarray(ours.states), np.asarray(numpyro_map.states))
     np.testing.assert_allclose(ours.energy, numpyro_map.energy, rtol=1e-6)
 
@@ -75,7 +75,7 @@ def test_finite_noise_map_with_a_nonuniform_prior_agrees_with_infer_discrete():
                                 prior_probs=0.5)
     kwargs = {"prior_probs": probs}
     ours = associate(data.features, data.x, noise=sigma, model_kwargs=kwargs)
-    numpyro_map = map_associate(data.features, data.x, sigma=sigma, model_kwargs=kwargs)
+    numpyro_map = map_associate(data.features, data.x, noise=sigma, model_kwargs=kwargs)
     np.testing.assert_array_equal(np.asarray(ours.states), np.asarray(numpyro_map.states))
     log_prior = (np.log(np.asarray(probs, float)), np.log1p(-np.asarray(probs, float)))
     states, _, _ = brute_force(data.features, data.x, log_prior, sigma)

@@ -147,7 +147,7 @@ def test_fit_gvq_with_an_approximate_association():
     data = gvq.generate_planted(jax.random.key(9), 200, 5, 12, noise_scale=0.1,
                                 num_parents=2)
     result = fit_gvq(data.x, 5, method="br+mf", rng_key=jax.random.key(0), num_restarts=2,
-                     num_iterations=30)
+                     max_iterations=30)
     exact = fit_gvq(data.x, 5, rng_key=jax.random.key(0), num_restarts=2)
     assert bool(result.converged)
     assert float(result.error) == pytest.approx(float(exact.error), rel=1e-3)

@@ -95,7 +95,7 @@ def test_fit_gvq_init_features_must_be_finite():
 def test_fit_gvq_per_restart_init_features_must_be_finite():
     init = with_entry(np.ones((2, 2, 3)), (1, 0, 0), np.nan)
     with pytest.raises(ValueError, match=r"^init_features contains"):
-        fit_gvq(X, 2, rng_key=KEY, num_restarts=2, num_iterations=1, init_features=init)
+        fit_gvq(X, 2, rng_key=KEY, num_restarts=2, max_iterations=1, init_features=init)
 
 
 @pytest.mark.parametrize("init_features", [
@@ -204,10 +204,10 @@ def test_noise_levels_must_be_positive_and_finite(value):
         associate(FEATURES, X, noise=value)
     with pytest.raises(ValueError, match="^noise " + pattern):
         fit_gvq(X, 2, rng_key=KEY, noise=value)
-    with pytest.raises(ValueError, match="^sigma " + pattern):
-        map_associate(FEATURES, X, sigma=value)
-    with pytest.raises(ValueError, match="^sigma " + pattern):
-        fit_gvq_svi(X, 2, rng_key=KEY, sigma=value)
+    with pytest.raises(ValueError, match="^noise " + pattern):
+        map_associate(FEATURES, X, noise=value)
+    with pytest.raises(ValueError, match="^noise " + pattern):
+        fit_gvq_svi(X, 2, rng_key=KEY, noise=value)
     with pytest.raises(ValueError, match="^learning_rate " + pattern):
         fit_gvq_svi(X, 2, rng_key=KEY, learning_rate=value)
     with pytest.raises(ValueError, match="^noise_scale " + pattern):
@@ -215,7 +215,7 @@ def test_noise_levels_must_be_positive_and_finite(value):
 
 
 @pytest.mark.parametrize(("call", "name"), [
-    (lambda v: fit_gvq(X, 2, rng_key=KEY, num_iterations=v), "num_iterations"),
+    (lambda v: fit_gvq(X, 2, rng_key=KEY, max_iterations=v), "max_iterations"),
     (lambda v: fit_gvq(X, 2, rng_key=KEY, num_restarts=v), "num_restarts"),
     (lambda v: fit_gvq_svi(X, 2, rng_key=KEY, num_steps=v), "num_steps"),
     (lambda v: fit_gvq_svi(X, 2, rng_key=KEY, num_restarts=v), "num_restarts"),

@@ -10,13 +10,12 @@ import pytest
 from inference import associate
 from inference.association.core import METHODS, association_problem
 from inference.association.directed import (
-    dbp_init,
-    dbp_step,
     dbr_init,
     dbr_step,
     parent_lists,
     run_dbr,
 )
+from inference.association.directed_bp import dbp_init, dbp_step
 from ppl_models import gvq
 
 

@@ -26,7 +26,7 @@ def example(load_example):
 
 @pytest.mark.slow
 def test_gvq_association_quick(example, tmp_path, capsys, monkeypatch):
-    association._load_methods()
+    association.load_methods()
     # The directed methods may be missing: the example must skip them with a note.
     monkeypatch.delitem(association.METHODS, "dbr", raising=False)
     monkeypatch.delitem(association.METHODS, "dbp", raising=False)
@@ -62,7 +62,7 @@ def test_gvq_association_quick(example, tmp_path, capsys, monkeypatch):
 
 
 def test_run_point_marks_refused_method_not_applicable(example):
-    association._load_methods()
+    association.load_methods()
     data = example._trial_data(jax.random.key(3), 10, 12, 4, num_parents=12, feature_mean=2.0)
     # Twelve parents per visible unit: 2^12 joint states exceed max_states = 2^10.
     out = example.run_point(jax.random.key(4), data, ["dbr"] if "dbr" in association.METHODS
@@ -74,7 +74,7 @@ def test_run_point_marks_refused_method_not_applicable(example):
 
 @pytest.mark.slow
 def test_compare_gvq_association_quick(tmp_path):
-    association._load_methods()
+    association.load_methods()
     result = run_comparison("gvq-association", quick=True, progress_bar=False)
     rows = {row.algorithm: row for row in result.rows}
     ours = [row for row in result.rows if row.implementation == "ours"]

@@ -123,7 +123,7 @@ def test_sparsity_enters_the_energy_and_numpyros_map():
                                atol=1e-4)
     # At finite noise the penalty is in the program NumPyro's infer_discrete decodes.
     ours = associate(data.features, data.x, noise=0.3, model_kwargs={"sparsity": 2.5})
-    theirs = map_associate(data.features, data.x, sigma=0.3, model_kwargs={"sparsity": 2.5})
+    theirs = map_associate(data.features, data.x, noise=0.3, model_kwargs={"sparsity": 2.5})
     np.testing.assert_array_equal(np.asarray(ours.states), np.asarray(theirs.states))
     assert not np.array_equal(np.asarray(ours.states),
                               np.asarray(associate(data.features, data.x).states))
@@ -226,8 +226,8 @@ def test_binary_em_on_planted_binary_data():
     # Binary GVQ has many local minima (measured: 2 of 8 restarts reach an error
     # below 0.5 here, the planted features give 0.145): 8 restarts.
     result = fit_gvq(x, 6, num_sets=2, binary=True, beta=4.5, num_restarts=8,
-                     num_iterations=60, rng_key=jax.random.key(1))
-    trace = np.asarray(result.error_trace)
+                     max_iterations=60, rng_key=jax.random.key(1))
+    trace = np.asarray(result.trace.objective)
     assert np.all(np.diff(trace) <= 1e-5 * trace[0])  # EM never increases eq. 10
     recon = gvq.reconstruction(result.features, result.states.astype(jnp.float32),
                                binary=True, beta=4.5)

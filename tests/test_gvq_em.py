@@ -19,7 +19,7 @@ def test_error_never_increases_with_exact_association(seed):
     """Both EM steps are exact minimisations, so the error trace is non-increasing."""
     data = gvq.generate_planted(jax.random.key(seed), 200, 5, 8, noise_scale=0.5)
     result = fit_gvq(data.x, 5, rng_key=jax.random.key(seed), num_restarts=1)
-    trace = np.asarray(result.error_trace, float)
+    trace = np.asarray(result.trace.objective, float)
     num = int(result.num_iterations)
     assert num >= 2 and bool(result.converged)
     increases = np.diff(trace[:num])
@@ -118,5 +118,23 @@ def test_progress_bar_driver_gives_the_same_fit():
     plain = fit_gvq(data.x, 4, rng_key=jax.random.key(2), num_restarts=2)
     shown = fit_gvq(data.x, 4, rng_key=jax.random.key(2), num_restarts=2, progress_bar=True)
     np.testing.assert_allclose(plain.features, shown.features, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(plain.error_trace, shown.error_trace, rtol=1e-5)
+    np.testing.assert_allclose(plain.trace.objective, shown.trace.objective, rtol=1e-5)
     assert int(plain.num_iterations) == int(shown.num_iterations)
+
+
+def test_a_result_saved_with_error_trace_loads_with_a_cut_trace(tmp_path):
+    """A file written before ``error_trace`` became ``trace`` loads as the current class:
+    the padded array is cut at ``num_iterations`` and wrapped in a GVQTrace."""
+    from pathlib import Path
+
+    import inference
+    from inference.gvq.result import GVQTrace
+
+    saved = Path(__file__).resolve().parent / "data" / "saved_0_1" / "gvq.npz"
+    result = inference.load(saved)
+    assert isinstance(result, inference.GVQResult) and isinstance(result.trace, GVQTrace)
+    count = int(result.num_iterations)
+    assert np.asarray(result.trace.objective).shape == (count,)
+    assert float(result.trace.objective[-1]) == pytest.approx(float(result.error), rel=1e-6)
+    again = inference.load(result.save(tmp_path / "again"))
+    np.testing.assert_array_equal(again.trace.objective, result.trace.objective)

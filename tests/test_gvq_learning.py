@@ -9,7 +9,7 @@ import pytest
 
 from inference import associate, fit_gvq
 from inference.app.cli import main
-from inference.gvq import baselines as numpyro_baselines
+from inference.gvq import baselines_mcmc as numpyro_baselines
 from inference.gvq.baselines import (
     MAX_MCMC_FEATURES,
     GVQMCMCResult,
@@ -23,7 +23,7 @@ from ppl_models.diagnostics import ConvergenceWarning
 #: Tiny planted problem: n = 3, dim 6, 100 examples, noise 0.3.
 NOISE = 0.3
 #: One compiled chain serves every test (same static settings and shapes).
-CHAIN = dict(sigma=NOISE, num_warmup=100, num_samples=100)
+CHAIN = dict(noise=NOISE, num_warmup=100, num_samples=100)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_mcmc_recovers_planted_features_across_permuted_chains(tiny, least_squar
     features_ls, error_ls = least_squares
     assert isinstance(result, GVQMCMCResult)
     assert result.samples.shape == (2, 100, 3, 6) and result.log_joint.shape == (2, 100)
-    assert result.error_trace.shape == (2, 200) and int(result.num_iterations) == 200
+    assert result.trace.objective.shape == (2, 200) and int(result.num_iterations) == 200
     # The chains sit in two permutations of one mode: relabelling aligns every sample
     # of one of them (all 100), after which the chains agree.
     assert result.num_relabelled >= 100
@@ -186,7 +186,7 @@ def test_relabel_samples_undoes_permutations():
         ({"num_chains": 0}, ValueError, "num_chains must be at least 1"),
         ({"summary": "median"}, ValueError, "summary must be"),
         ({"chain_method": "parallel"}, ValueError, "chain_method must be"),
-        ({"sigma": -1.0}, ValueError, "sigma must be positive"),
+        ({"noise": -1.0}, ValueError, "noise must be positive"),
         ({"target_accept_prob": 1.5}, ValueError, "target_accept_prob must be in"),
         ({"rng_key": None}, ValueError, "explicit rng_key"),
         ({"model_kwargs": {"features": np.ones((3, 6))}}, ValueError, "must not fix 'features'"),

@@ -26,8 +26,8 @@ from inference import associate, fit_clipped_gaussian, fit_gvq, fit_mcvq, fit_mi
 from inference.association import core as association_module
 from inference.clipped import fit as clipped_module
 from inference.clipped.fit import empirical_moments
+from inference.engine import loop as engine_loop
 from inference.engine.sharding import pad_examples, resolve_mesh
-from inference.gvq import em as gvq_module
 from inference.mcvq import em as mcvq_module
 from inference.mixture import em as mixture_module
 from ppl_models.diagnostics import ConvergenceWarning
@@ -70,7 +70,7 @@ WORKER = textwrap.dedent("""
         elif kind == "gvq":
             r = fit_gvq(data["gvq_x"], 5, rng_key=jax.random.key(0), **kwargs)
             arrays = {"features": r.features, "states": r.states,
-                      "restart_errors": r.restart_errors, "error_trace": r.error_trace}
+                      "restart_errors": r.restart_errors, "trace": r.trace.objective}
         elif kind == "associate":
             r = associate(data["gvq_features"], data["gvq_x"], **kwargs)
             arrays = {"states": r.states, "energy": r.energy}
@@ -141,7 +141,7 @@ def _single_device(data):
         elif kind == "gvq":
             r = fit_gvq(data["gvq_x"], 5, rng_key=jax.random.key(0), **kwargs)
             arrays = {"features": r.features, "states": r.states,
-                      "restart_errors": r.restart_errors, "error_trace": r.error_trace}
+                      "restart_errors": r.restart_errors, "trace": r.trace.objective}
         elif kind == "associate":
             r = associate(data["gvq_features"], data["gvq_x"], **kwargs)
             arrays = {"states": r.states, "energy": r.energy}
@@ -218,7 +218,7 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
     data = _inputs()
     x = data["mixture_x"]
     monkeypatch.setattr(mixture_module, "run_sharded", forbidden)
-    monkeypatch.setattr(gvq_module, "_run_sharded", forbidden)
+    monkeypatch.setattr(engine_loop, "_run_sharded", forbidden)
     monkeypatch.setattr(mcvq_module, "_run_restarts_sharded", forbidden)
     monkeypatch.setattr(association_module, "_associate_sharded", forbidden)
     monkeypatch.setattr(clipped_module, "sum_over_shards", forbidden)

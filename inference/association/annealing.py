@@ -32,7 +32,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from inference.association.core import (
+from inference.association.base import (
     METHODS,
     AssociationMethod,
     AssociationProblem,

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from inference.association.annealing import run_mf, validate_annealed
-from inference.association.core import (
+from inference.association.base import (
     METHODS,
     AssociationMethod,
     AssociationProblem,

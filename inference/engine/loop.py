@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inference.engine import host
 from inference.engine.progress import progress, tick
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -367,7 +368,7 @@ def cut(trace, num_iterations):
     Cut on the host (no compilation per length); the leaves come back as JAX arrays.
     """
     count = int(num_iterations)
-    return jax.tree.map(lambda leaf: jax.device_put(np.asarray(leaf)[:count]), trace)
+    return jax.tree.map(lambda leaf: host.head(leaf, count), trace)
 
 
 def select(result: Run, index):

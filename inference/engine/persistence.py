@@ -409,22 +409,24 @@ def _decode_array(node, archive, path, where: str):
     return data[()] if node["scalar"] else data
 
 
-def _result_kind(cls) -> str:
-    return f"result:{cls.__module__}.{cls.__qualname__}"
-
-
-def _names_class(kind: str, cls) -> bool:
-    """Whether ``kind`` (``result:<module>.<class>``) names ``cls``: as written, or through
-    a module of the package that re-exports it (a class moved within its family)."""
-    if kind == _result_kind(cls):
+def _kind_names(kind: str, cls) -> bool:
+    """Whether a file's ``result:<module>.<class>`` kind (moved, :func:`moved_kind`) names
+    ``cls``: its own module, or a module of the trusted packages that re-exports it (a
+    class moved to a submodule of the module that still offers it)."""
+    moved = moved_kind(kind)
+    if moved == _result_kind(cls):
         return True
-    module_name, _, class_name = kind[len("result:"):].rpartition(".")
+    module_name, _, class_name = moved[len("result:"):].rpartition(".")
     if module_name.split(".")[0] not in _TRUSTED_PACKAGES:
         return False
     try:
         return getattr(importlib.import_module(module_name), class_name, None) is cls
     except ImportError:
         return False
+
+
+def _result_kind(cls) -> str:
+    return f"result:{cls.__module__}.{cls.__qualname__}"
 
 
 def save_result(result, path, *, options: dict | None = None) -> pathlib.Path:
@@ -449,7 +451,7 @@ def load(path):
     if not metadata["kind"].startswith("result:"):
         raise PersistenceError(f"{path} holds {metadata['kind']!r}, not a fit result; "
                                "checkpoints are read by the fit's resume_from=")
-    if not _is_namedtuple(tree) or not _names_class(moved_kind(metadata["kind"]), type(tree)):
+    if not _is_namedtuple(tree) or not _kind_names(metadata["kind"], type(tree)):
         raise PersistenceError(f"{path}: its content does not match its kind "
                                f"{metadata['kind']!r}")
     return tree

@@ -55,7 +55,7 @@ def compare_gvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
     steps.update()
 
     steps.set_postfix_str("infer_discrete MAP")
-    peer, t, t0, notes = timed(map_associate, planted, x, sigma=noise)
+    peer, t, t0, notes = timed(map_associate, planted, x, noise=noise)
     agreement = float(np.mean(np.all(np.asarray(peer.states) == np.asarray(exact.states), 1)))
     rows.append(ComparisonRow(
         "association", "infer_discrete(temperature=0)", "numpyro", energy_name,
@@ -79,7 +79,7 @@ def compare_gvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
     steps.update()
 
     steps.set_postfix_str("SVI TraceEnum_ELBO")
-    svi, t, t0, notes = timed(fit_gvq_svi, x, num_features, rng_key=key_fit, sigma=noise,
+    svi, t, t0, notes = timed(fit_gvq_svi, x, num_features, rng_key=key_fit, noise=noise,
                        num_steps=svi_steps, num_restarts=num_restarts, init_features=starts)
     perm, feature_error = match_features(svi.features, planted)
     arrays["svi"] = np.asarray(svi.features)[perm]

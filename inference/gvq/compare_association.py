@@ -100,7 +100,7 @@ def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool 
     """
     num_examples = num_examples or (100 if quick else 500)
     gibbs_sweeps = gibbs_sweeps or (20 if quick else 50)
-    association._load_methods()
+    association.load_methods()
     methods = [m for m in METHOD_NAMES if m in association.METHODS and m != "exact"]
     methods += [m for m in association.METHODS if m not in METHOD_NAMES]
     problems = _problems(quick)
@@ -154,7 +154,7 @@ def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool 
             steps.update()
 
         steps.set_postfix_str(f"{name}: infer_discrete")
-        peer, t, t0, notes = timed(map_associate, F, x, sigma=noise)
+        peer, t, t0, notes = timed(map_associate, F, x, noise=noise)
         rows.append(ComparisonRow(
             task, f"infer_discrete(temperature=0), sigma={noise:g}", "numpyro", energy_name,
             float(np.mean(peer.energy)), t, t0, bool(np.all(peer.converged)),
@@ -166,7 +166,7 @@ def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool 
             steps.set_postfix_str(f"{name}: DiscreteGibbs sigma={sigma:g}")
             peer, t, t0, notes = timed(gibbs_associate, F, x,
                                        rng_key=jax.random.fold_in(key_run, 1000 + int(factor)),
-                                       sigma=sigma, num_warmup=gibbs_sweeps,
+                                       noise=sigma, num_warmup=gibbs_sweeps,
                                        num_samples=gibbs_sweeps)
             # A sampler has no convergence criterion: fraction_converged is left empty.
             rows.append(ComparisonRow(

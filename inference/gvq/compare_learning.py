@@ -160,7 +160,7 @@ def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = T
 
     steps.set_postfix_str("SVI")
     svi, t, t0, notes = timed(fit_gvq_svi, x, num_features, rng_key=jax.random.fold_in(key_fit, 2),
-                              sigma=noise, num_steps=svi_steps, num_restarts=num_restarts,
+                              noise=noise, num_steps=svi_steps, num_restarts=num_restarts,
                               learning_rate=svi_learning_rate, init_features=starts[:num_restarts])
     arrays["svi"] = np.asarray(svi.features)[match_features(svi.features, planted)[0]]
     rows.append(_row(f"SVI TraceEnum_ELBO, MAP F, sigma={noise:.3g}", "numpyro", svi, x, planted,
@@ -169,7 +169,7 @@ def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = T
 
     steps.set_postfix_str("NUTS")
     mcmc, t, t0, notes = timed(fit_gvq_mcmc, x, num_features,
-                               rng_key=jax.random.fold_in(key_fit, 3), sigma=noise,
+                               rng_key=jax.random.fold_in(key_fit, 3), noise=noise,
                                num_warmup=mcmc_warmup, num_samples=mcmc_samples,
                                num_chains=mcmc_chains, init_features=starts[:mcmc_chains],
                                summary="chain", max_tree_depth=mcmc_max_tree_depth)

@@ -38,22 +38,30 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
 from inference.association.core import (
     MAX_EXACT_FEATURES,
     METHODS,
-    _load_methods,
     association_problem,
+    load_methods,
 )
 from inference.program.handlers import noiseless, observation_noise
 from inference.program.kwargs import freeze_options, split_model_kwargs
 from inference.program.optimize import lbfgs_minimize
 from ppl_models import gvq
+from ppl_models.validation import (
+    MissingKeyError,
+    check_data,
+    check_finite,
+    check_positive,
+    check_positive_int,
+)
 
 __all__ = ["in_set", "search_program", "associate_sets", "associate_states", "binary_m_step",
-           "program_energy"]
+           "program_energy", "check_constraints"]
 
 
 @functools.cache
@@ -157,7 +165,7 @@ def associate_states(model, x, kwargs, *, method="exact", latent="s", noise=None
     ``binary`` (energy-only exhaustive search). The common core of
     :func:`associate_sets` and the EM step of :func:`inference.gvq.em.fit_gvq`.
     """
-    _load_methods()
+    load_methods()
     num_sets = kwargs.get("num_sets")
     binary = bool(kwargs.get("binary", False))
     common = dict(method=method, latent=latent, noise=noise, options=options, binary=binary)
@@ -209,9 +217,7 @@ def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key
     sets : int32 array (num_examples,)
     energy : array (num_examples,)
     """
-    from inference.gvq.em import _check_constraints  # circular at import time
-
-    features, x, kwargs, method = _check_constraints(
+    features, x, kwargs, method = check_constraints(
         features, x, num_sets=num_sets, method=method, model_kwargs=model_kwargs,
         rng_key=rng_key, options=options)
     model = gvq.model if model is None else model
@@ -271,3 +277,72 @@ def binary_m_step(model, x, states, kwargs, *, latent="s", noise=None, max_itera
 
 #: Largest number of switchable units per set for energy-only exhaustive search.
 MAX_PROGRAM_SEARCH_UNITS = min(MAX_EXACT_FEATURES, 16)
+
+
+def check_constraints(features, x, *, num_sets=None, sparsity=None, binary=False, beta=None,
+                       method="exact", model_kwargs=None, rng_key=None, options=None,
+                       num_features=None):
+    """Validate the constraint options of ``fit_gvq`` / ``associate_sets``.
+
+    Returns (features, x, model_kwargs with the constraints added, method).
+    ``features`` may be None (fit_gvq checks ``num_features`` instead).
+    """
+    load_methods()
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    kwargs = dict(model_kwargs or {})
+    num_sets = kwargs.pop("num_sets", None) if num_sets is None else num_sets
+    sparsity = kwargs.pop("sparsity", None) if sparsity is None else sparsity
+    binary = bool(kwargs.pop("binary", False)) or bool(binary)
+    beta = kwargs.pop("beta", None) if beta is None else beta
+    if features is not None:
+        features = jnp.asarray(check_data(features, "features"))
+        num_features = int(features.shape[0])
+        x = check_data(x, "x", dim=int(features.shape[1]))
+    else:
+        x = check_data(x, "x")
+    units = num_features
+    if num_sets is not None:
+        units = gvq.features_per_set(num_features, num_sets) - 1
+        kwargs["num_sets"] = int(num_sets)
+    if sparsity is not None:
+        check_finite(sparsity, "sparsity")
+        if float(sparsity) < 0:
+            raise ValueError(f"sparsity must be >= 0 (lambda of the penalty lambda s.s); got "
+                             f"{sparsity}")
+        kwargs["sparsity"] = float(sparsity)
+    if binary:
+        if beta is None:
+            raise ValueError("binary=True needs beta > 0, the steepness of the squashing "
+                             "sigmoid(beta (s @ F - 1/2)) (paper: 4.5)")
+        check_positive(beta, "beta")
+        values = np.unique(np.asarray(x))
+        if not np.all(np.isin(values, (0.0, 1.0))):
+            raise ValueError(
+                f"binary=True needs data in {{0, 1}}; x has other values, e.g. "
+                f"{values[~np.isin(values, (0.0, 1.0))][:5].tolist()}")
+        if method != "exact":
+            raise ValueError(
+                f"binary=True: the energy is not quadratic in the states, so method {method!r} "
+                "does not apply; use method='exact' (the program's energy at every state)")
+        if units > MAX_PROGRAM_SEARCH_UNITS:
+            raise ValueError(
+                f"binary=True searches 2^units states per example; {units} switchable units "
+                f"exceed the limit {MAX_PROGRAM_SEARCH_UNITS} (use feature sets)")
+        kwargs["binary"], kwargs["beta"] = True, float(beta)
+    elif beta is not None:
+        raise ValueError("beta applies only with binary=True")
+    if method == "exact" and num_sets is None:
+        check_positive_int(num_features, "num_features", maximum=MAX_EXACT_FEATURES,
+                           why=" for exhaustive search (2^num_features states per example)")
+    elif method == "exact" and units > MAX_EXACT_FEATURES:
+        raise ValueError(
+            f"method 'exact' searches 2^{units} states per example; the limit is "
+            f"{MAX_EXACT_FEATURES} units ({'per set' if num_sets else 'num_features'})")
+    if METHODS[method].randomized and rng_key is None:
+        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+    if features is not None and METHODS[method].validate is not None and units > 0:
+        sub = features if num_sets is None else features.reshape(
+            num_sets, units + 1, -1)[0, :-1]
+        METHODS[method].validate(sub, dict(options or {}))
+    return features, x, kwargs, method

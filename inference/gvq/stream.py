@@ -1,117 +1,128 @@
-"""GVQ, the clipped-Gaussian model and MCVQ fitted by passes over batches (issue 9).
+"""GVQ fitted by passes over batches: the streamed counterpart of
+:func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1), for data too large for memory.
 
-The streamed counterparts of :func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1),
-:func:`inference.clipped.fit.fit_clipped_gaussian` (seed 001 eq. 7-10) and
-:func:`inference.mcvq.em.fit_mcvq` (seed 004 sec. 3), for data too large for memory.
-The source of rows is anything :class:`inference.mixture.stream.BatchSource` accepts
+The source of rows is anything :class:`inference.engine.streaming.BatchSource` accepts
 (a numpy array or ``np.memmap`` cut into row blocks, a callable returning a fresh
-iterator of arrays, a list of arrays; a one-shot iterator only where one pass
-suffices), checked batch by batch with errors naming the batch index.
+iterator of arrays, a list of arrays), checked batch by batch with errors naming the
+batch index.
 
-Each algorithm keeps what it must; everything per example is recomputed:
+The association of an example depends only on it and the current F, and the
+M-step's least-squares problem only on the sums S^T S and S^T X (the normal
+equations of :func:`inference.gvq.algorithm.normal_equations_m_step`). So GVQ-EM is
+a :class:`inference.engine.StatisticsAlgorithm` (:func:`stream_statistics`,
+:func:`stream_update`) that :func:`inference.engine.passes.run_passes` drives, one
+pass per iteration: every batch is associated with the current F (every restart
+side by side, vmapped) and its sums are added; F then solves the normal equations.
+The error after the M-step, ``mean ||x - s F_new||^2``, comes from the same pass
+without a second look at the data: with the residuals r = x - s F of the pass,
+sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
+Delta = F_new - F (exact algebra; it cancels only to the size of the error itself,
+not of ||x||^2).
 
-* **GVQ** (:func:`fit_gvq_stream`): the association of an example depends only
-  on it and the current F, and the M-step's least-squares problem only on the
-  sums S^T S and S^T X (the normal equations of ``inference.gvq.em._sharded_m_step``).
-  One EM iteration is one pass: every batch is associated with the current F
-  (the jitted association code of ``fit_gvq``, vmapped over restarts) and its
-  sums are added; F then solves the normal equations. The error after the
-  M-step, ``mean ||x - s F_new||^2``, comes from the same pass without a second
-  look at the data: with the residuals r = x - s F of the pass,
-  sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
-  Delta = F_new - F (exact algebra; it cancels only to the size of the error
-  itself, not of ||x||^2).
-* **Clipped Gaussian** (:func:`fit_clipped_gaussian_stream`): the fit needs the
-  means and second moments of the patterns only; one pass adds sum_mu s_mu and
-  sum_mu s_mu s_mu^T (integers, exact) and the rest is the in-memory code on
-  those moments (``inference.clipped.fit._fit_moments``).
-* **MCVQ** (:func:`fit_mcvq_stream`): the per-example variational parameters
-  m^c are *not* state that the in-memory fit carries across iterations in any
-  essential way: every iteration of ``inference.mcvq.em._step`` recomputes m of
-  every example in closed form (the E-step) from the new g, mu, sigma, and
-  keeps it only to form the statistics sum_c m^c [o, o x, o x^2] and the KL
-  term sum_c KL(m^c || b). So the streamed fit keeps no per-example state: each
-  pass runs the E-step of every batch under the current parameters and adds the
-  batch's statistics and KL term; g, mu, sigma follow from the sums exactly as
-  in ``_step``. m itself is returned only on request (one more pass).
-
-Every function equals its in-memory counterpart on data that fit (tested in
-float64 in ``tests/test_streaming_fits.py``); the differences (the starts, what
-per-example output is returned, options that cannot stream) are listed in each
-docstring.
-
-Memory: one batch at a time on the device plus the one being read (the
-pipelining of ``inference.mixture.stream._Pass``), the per-batch arrays of the
-association / E-step, and sums whose size does not grow with the data.
+The fit equals ``fit_gvq`` on data that fit (tested in float64 in
+``tests/test_streaming_fits.py``); the differences are listed in
+:func:`fit_gvq_stream`'s docstring. Memory: one batch at a time on the device plus
+the one being read (:class:`inference.engine.streaming.Pass`), the per-batch arrays
+of the association, and sums whose size does not grow with the data.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine.streaming import (
-    Pass,
-    batches,
-    check_rows,
-    column_pass,
-    dtype_of,
-    reusable,
-)
-from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from inference.engine import StatisticsAlgorithm, host, warn_not_converged
+from inference.engine.passes import run_passes
+from inference.engine.streaming import Pass, batches, column_pass, dtype_of, reusable
+from inference.gvq.algorithm import check_program, restart_features
+from inference.gvq.constraints import associate_states, check_constraints
+from inference.gvq.result import GVQResult, GVQTrace
+from inference.program.kwargs import freeze_options, split_model_kwargs
+from ppl_models import gvq
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
-# ---------------------------------------------------------------------------------------
-# GVQ (seed 000 sec. 3.1).
+__all__ = ["fit_gvq_stream", "StreamState", "StreamInfo", "stream_statistics", "stream_update"]
+
+
+class StreamState(NamedTuple):
+    """State of the streamed GVQ-EM of one restart: the features, those before the last
+    M-step (the ones the last pass associated with) and the error after it."""
+
+    features: jax.Array
+    previous_features: jax.Array
+    error: jax.Array
+
+
+class StreamInfo(NamedTuple):
+    """Per-pass information: ``objective`` (the error after the M-step), ``converged``."""
+
+    objective: jax.Array
+    converged: jax.Array
+
+
+def _associate(key, rows, features, noise, dynamic_kwargs, *, method, model, latent,
+               static_kwargs, association_options):
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "features": features}
+    states, _ = associate_states(model, rows, kwargs, method=method, latent=latent, noise=noise,
+                                 rng_key=key, options=association_options,
+                                 num_features=features.shape[0])
+    return states
+
+
+def stream_statistics(key, state: StreamState, data, params, valid, *, method, model, latent,
+                      static_kwargs, association_options):
+    """One batch's sums under the current F: the association's normal-equation sums
+    S^T S (n, n), S^T X (n, d), S^T r (n, d) and sum ||r||^2 of the residuals
+    r = x - s F over the ``valid`` rows."""
+    (rows,) = data
+    noise = params[0]
+    states = _associate(key, rows, state.features, noise, params[1], method=method, model=model,
+                        latent=latent, static_kwargs=static_kwargs,
+                        association_options=association_options)
+    design = jnp.where(valid[:, None], states, 0).astype(rows.dtype)
+    residual = jnp.where(valid[:, None], rows - design @ state.features, 0.0)
+    return (design.T @ design, design.T @ rows, design.T @ residual,
+            jnp.sum(residual * residual))
+
+
+def stream_update(state: StreamState, stats, params, **unused):
+    """The M-step from the sums (the normal equations of
+    :func:`inference.gvq.algorithm.normal_equations_m_step`: pinv with the cutoff of
+    ``lstsq``) and the error after it, without a second look at the data. Converged when F
+    is bitwise unchanged or the error changed by at most ``tol`` relative."""
+    gram, cross, projected, residual_sum = stats
+    _, _, tol, num = params
+    feats = state.features
+    dtype = feats.dtype
+    cutoff = jnp.finfo(dtype).eps * jnp.maximum(num, feats.shape[0]).astype(dtype)
+    solution = jnp.linalg.pinv(gram, rtol=cutoff, hermitian=True) @ cross
+    used = jnp.diagonal(gram) > 0
+    new = jnp.where(used[:, None], solution, feats)
+    delta = new - feats
+    total = residual_sum - 2.0 * jnp.sum(delta * projected) + jnp.sum(delta * (gram @ delta))
+    error = jnp.maximum(total, 0.0) / num
+    same = jnp.all(new == feats)
+    settled = jnp.abs(state.error - error) <= tol * state.error
+    converged = same | settled
+    return StreamState(new, feats, error), StreamInfo(error, converged)
 
 
 @functools.partial(jax.jit, static_argnames=("method", "model", "latent", "static_kwargs",
-                                             "options", "num_features"))
-def _gvq_batch(keys, rows, num_valid, features, noise, dynamic_kwargs, *, method, model,
-               latent, static_kwargs, options, num_features):
-    """One padded batch under every restart's F (leading axis): the association's
-    normal-equation sums S^T S (n, n), S^T X (n, d), S^T r (n, d) and sum ||r||^2 of the
-    residuals r = x - s F over the valid rows, and the states (padded rows included)."""
-    from inference.gvq.constraints import associate_states
-
-    valid = jnp.arange(rows.shape[0]) < num_valid
-
-    def one(key, feats):
-        kwargs = {**dynamic_kwargs, **dict(static_kwargs), "features": feats}
-        states, _ = associate_states(model, rows, kwargs, method=method, latent=latent,
-                                     noise=noise, rng_key=key, options=options,
-                                     num_features=num_features)
-        design = jnp.where(valid[:, None], states, 0).astype(rows.dtype)
-        residual = jnp.where(valid[:, None], rows - design @ feats, 0.0)
-        return (design.T @ design, design.T @ rows, design.T @ residual,
-                jnp.sum(residual * residual), states)
-
-    return jax.vmap(one)(keys, features)
-
-
-@jax.jit
-def _gvq_solve(gram, cross, projected, residual_sum, features, num):
-    """The M-step from the sums (``inference.gvq.em._sharded_m_step``'s normal equations:
-    pinv with the cutoff of ``lstsq``) and the error after it, per restart (vmapped)."""
-    def one(gram, cross, projected, residual_sum, feats):
-        dtype = feats.dtype
-        cutoff = jnp.finfo(dtype).eps * jnp.maximum(num, feats.shape[0]).astype(dtype)
-        solution = jnp.linalg.pinv(gram, rtol=cutoff, hermitian=True) @ cross
-        used = jnp.diagonal(gram) > 0
-        new = jnp.where(used[:, None], solution, feats)
-        delta = new - feats
-        total = residual_sum - 2.0 * jnp.sum(delta * projected) + jnp.sum(delta * (gram @ delta))
-        return new, jnp.maximum(total, 0.0) / num
-
-    return jax.vmap(one)(gram, cross, projected, residual_sum, features)
+                                             "association_options"))
+def _final_states(keys, rows, features, noise, dynamic_kwargs, **static):
+    """The association of one batch under every restart's ``features`` (vmapped)."""
+    return jax.vmap(lambda k, f: _associate(k, rows, f, noise, dynamic_kwargs, **static))(
+        keys, features)
 
 
 def fit_gvq_stream(source, num_features: int, *, method: str = "exact", rng_key=None,
-                   num_iterations: int = 100, num_restarts: int = 4, init_features=None,
+                   max_iterations: int = 100, num_restarts: int = 4, init_features=None,
                    num_sets: int | None = None, sparsity: float | None = None,
                    binary: bool = False, beta: float | None = None, model=None,
                    model_kwargs: dict | None = None, latent: str = "s", noise=None,
@@ -123,8 +134,8 @@ def fit_gvq_stream(source, num_features: int, *, method: str = "exact", rng_key=
     with the current features by ``fit_gvq``'s association code (every restart
     side by side, vmapped), the normal-equation sums S^T S and S^T X are added
     over the batches, and F solves them. Passes: 1 (checks, count, column
-    moments) + one per iteration (+ 1 with ``return_states`` only if the last
-    pass was not kept, never in practice: the states are those of the last pass).
+    moments) + one per iteration (+ 1 with ``return_states``: the last pass's
+    association again, with the same features and keys).
 
     Differences from ``fit_gvq``:
 
@@ -163,24 +174,20 @@ def fit_gvq_stream(source, num_features: int, *, method: str = "exact", rng_key=
     ----------
     source : array, np.memmap, callable or iterable of arrays (:class:`BatchSource`)
         Rows (num_examples, dim); float64 stays float64 only under ``jax.enable_x64``.
-    num_features, method, rng_key, num_iterations, num_restarts, init_features, \
+    num_features, method, rng_key, max_iterations, num_restarts, init_features, \
 num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **options
         As :func:`inference.gvq.em.fit_gvq`.
     binary, beta
         Must be ``False`` / ``None`` (see above).
     batch_size : int, optional
-        Rows per batch (:class:`inference.mixture.stream.BatchSource`).
+        Rows per batch (:class:`inference.engine.streaming.BatchSource`).
     return_states : bool
         Gather the association of every row (see above).
 
     Returns
     -------
-    inference.gvq.em.GVQResult
+    inference.gvq.result.GVQResult
     """
-    from inference.gvq import em as gvq_fit
-    from inference.program.kwargs import freeze_options, split_model_kwargs
-    from ppl_models import gvq
-
     if rng_key is None:
         raise MissingKeyError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     if binary or (model_kwargs or {}).get("binary", False):
@@ -188,12 +195,12 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
                          "the whole data set (sec. 5.3), not a solve from sums over batches; "
                          "fit binary data in memory with inference.gvq.em.fit_gvq")
     num_features = check_positive_int(num_features, "num_features")
-    num_iterations = check_positive_int(num_iterations, "num_iterations")
+    max_iterations = check_positive_int(max_iterations, "max_iterations")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     if noise is not None:
         check_positive(noise, "noise")
     data = reusable(batches(source, batch_size), "fit_gvq_stream",
-                     f"one per EM iteration, up to num_iterations={num_iterations}")
+                    f"one per EM iteration, up to max_iterations={max_iterations}")
     data.check_finite = True
     num, mean, variance, squares, first = column_pass(data)
     data.check_finite = False  # checked in the first pass; later passes check shapes only
@@ -207,7 +214,7 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
                 raise ValueError(f"init_features must have shape ({num_features}, "
                                  f"{first.shape[1]}) or ({num_restarts}, {num_features}, "
                                  f"{first.shape[1]}); got {init_features.shape}")
-        _, _, kwargs, method = gvq_fit._check_constraints(
+        _, _, kwargs, method = check_constraints(
             None, first, num_sets=num_sets, sparsity=sparsity, method=method,
             model_kwargs=model_kwargs, rng_key=rng_key, options=options,
             num_features=num_features)
@@ -221,102 +228,64 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
             seed_rows = jnp.asarray(np.stack([mean - std, mean + std]), dtype)
         else:
             seed_rows = first
-        starts = gvq_fit.restart_features(key_init, seed_rows, num_features, num_restarts,
-                                          init_features, num_sets=kwargs.get("num_sets"))
-        gvq_fit._check_constraints(starts[0], first, method=method, model_kwargs=kwargs,
-                                   rng_key=rng_key, options=options)
-        gvq_fit._check_program(model, first, kwargs, starts[0], latent, noise)
+        starts = restart_features(key_init, seed_rows, num_features, num_restarts,
+                                  init_features, num_sets=kwargs.get("num_sets"))
+        check_constraints(starts[0], first, method=method, model_kwargs=kwargs,
+                          rng_key=rng_key, options=options)
+        check_program(model, first, kwargs, starts[0], latent, noise)
         if tol is None:
             tol = 1e-5 if method != "exact" else 0.0
         if not isinstance(tol, int | float) or not tol >= 0:
             raise ValueError(f"tol must be a non-negative number; got {tol!r}")
         dynamic, static = split_model_kwargs(kwargs)
-        common = dict(method=method, model=model, latent=latent, static_kwargs=static,
-                      options=freeze_options(options), num_features=num_features)
-        return _gvq_passes(data, num, squares, first.shape[0], dtype, keys, starts, noise,
-                           dynamic, common, tol, num_iterations, progress_bar, return_states,
-                           kwargs.get("num_sets"))
+        static_options = dict(method=method, model=model, latent=latent, static_kwargs=static,
+                              association_options=freeze_options(options))
+        algorithm = StatisticsAlgorithm(stream_statistics, stream_update,
+                                        options=tuple(static_options.items()),
+                                        name="fit_gvq_stream")
+        # the all-zero states' error (fit_gvq's init)
+        error0 = jnp.full(num_restarts, squares / num, dtype)
+        states = StreamState(starts, starts, error0)
+        noise = None if noise is None else jnp.asarray(noise, dtype)
+        params = (noise, dynamic, tol, jnp.asarray(num))
+        fitted = run_passes(algorithm, states, data, params, keys=keys,
+                            max_iterations=max_iterations, tol=tol, dtype=dtype,
+                            batch_size=first.shape[0], progress_bar=progress_bar)
+        errors = fitted.state.error
+        finite = np.isfinite(np.asarray(errors))
+        if not finite.all():
+            warnings.warn("fit_gvq_stream: some restarts ended with a non-finite error; they "
+                          "are skipped", NumericalWarning, stacklevel=2)
+        best = int(np.argmin(np.where(finite, np.asarray(errors), np.inf)))
+        count = int(fitted.num_iterations[best])
+        converged = bool(fitted.converged[best])
+        warn_not_converged("fit_gvq_stream", converged, max_iterations, "features still changing")
+        states = sets = None
+        if return_states:
+            states = _last_pass_states(data, dtype, first.shape[0], keys, fitted, noise,
+                                       dynamic, static_options)[best]
+            states = jnp.asarray(states, jnp.int32)
+            if kwargs.get("num_sets") is not None:
+                sets = gvq.set_units(states, kwargs["num_sets"])[0]
+        objective = host.head(fitted.trace.objective[best], count)
+        return GVQResult(
+            features=fitted.state.features[best], states=states, error=errors[best],
+            trace=GVQTrace(objective), num_iterations=fitted.num_iterations[best],
+            converged=jnp.asarray(converged), restart_errors=errors, sets=sets)
     finally:
         data.check_finite = True
 
 
-def _gvq_passes(data, num, squares, first_rows, dtype, keys, starts, noise, dynamic, common,
-                tol, num_iterations, progress_bar, return_states, num_sets):
-    """:func:`fit_gvq_stream` after its checks: the EM passes and the result."""
-    from inference.gvq.em import GVQResult
-    from ppl_models import gvq
-
-    passes = Pass(data, dtype, first_rows, block=first_rows)
-    num_restarts = starts.shape[0]
-    features = starts
-    errors = np.full(num_restarts, squares / num)  # the all-zero states' error (fit_gvq's init)
-    done = np.zeros(num_restarts, bool)
-    counts = np.zeros(num_restarts, np.int32)
-    trace = np.zeros((num_restarts, num_iterations))
-    states_parts = None
-    noise = None if noise is None else jnp.asarray(noise, dtype)
-    bar = None
-    if progress_bar:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=num_iterations, desc="GVQ-EM (stream)", leave=False)
-    try:
-        for it in range(num_iterations):
-            iteration_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, it)
-            sums, rows_seen, parts = None, 0, []
-            for index, (rows, count) in enumerate(passes):
-                batch_keys = jax.vmap(jax.random.fold_in, (0, None))(iteration_keys, index)
-                *batch_sums, states = _gvq_batch(batch_keys, rows, count, features, noise,
-                                                 dynamic, **common)
-                sums = batch_sums if sums is None else [a + b for a, b in zip(sums, batch_sums,
-                                                                              strict=True)]
-                passes.done(sums[-1])
-                if return_states:
-                    parts.append(np.asarray(states[:, :count]))
-                rows_seen += count
-            check_rows(rows_seen, num, f"EM iteration {it + 1}")
-            new, new_errors = _gvq_solve(*sums, features, jnp.asarray(num))
-            new_errors = np.asarray(new_errors, np.float64)
-            same = np.asarray(jnp.all(new == features, axis=(1, 2)))
-            settled = np.abs(errors - new_errors) <= tol * errors
-            running = ~done
-            keep = jnp.asarray(running)[:, None, None]
-            features = jnp.where(keep, new, features)
-            errors = np.where(running, new_errors, errors)
-            counts = counts + running
-            trace[:, it] = errors
-            if return_states:
-                fresh = np.concatenate(parts, axis=1)
-                states_parts = fresh if states_parts is None else np.where(
-                    running[:, None, None], fresh, states_parts)
-            done = done | (running & (same | settled))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(error=f"{float(np.min(errors)):.4g}")
-            if done.all():
-                break
-    finally:
-        if bar is not None:
-            bar.close()
-    for r in range(num_restarts):  # entries after a restart stopped repeat its final error
-        trace[r, counts[r]:] = errors[r]
-    finite = np.isfinite(errors)
-    if not finite.all():
-        warnings.warn("fit_gvq_stream: some restarts ended with a non-finite error; they are "
-                      "skipped", NumericalWarning, stacklevel=3)
-    best = int(np.argmin(np.where(finite, errors, np.inf)))
-    converged = bool(done[best])
-    if not converged:
-        warnings.warn(
-            f"fit_gvq_stream: not converged after {num_iterations} iterations (features still "
-            "changing); raise num_iterations", ConvergenceWarning, stacklevel=3)
-    states = sets = None
-    if return_states:
-        states = jnp.asarray(states_parts[best], jnp.int32)
-        if num_sets is not None:
-            sets = gvq.set_units(states, num_sets)[0]
-    return GVQResult(
-        features=features[best], states=states, error=jnp.asarray(errors[best], dtype),
-        error_trace=jnp.asarray(trace[best], dtype), num_iterations=jnp.asarray(counts[best]),
-        converged=jnp.asarray(converged), restart_errors=jnp.asarray(errors, dtype), sets=sets)
-
-
+def _last_pass_states(data, dtype, first_rows, keys, fitted, noise, dynamic, static_options):
+    """Every restart's association in its last pass (numpy, (restarts, N, n)): the
+    features before its last M-step and the keys that pass drew (iteration
+    ``num_iterations - 1``, batch b: ``fold_in(fold_in(key, iteration), b)``)."""
+    last = jnp.maximum(fitted.num_iterations - 1, 0)
+    parts = []
+    for index, (rows, count) in enumerate(Pass(data, dtype, first_rows, block=first_rows)):
+        batch_keys = jax.vmap(lambda k, i, b=index: jax.random.fold_in(
+            jax.random.fold_in(k, i), b))(keys, last)
+        states = _final_states(batch_keys, rows, fitted.state.previous_features, noise, dynamic,
+                               **static_options)
+        parts.append(np.asarray(states[:, :count]))
+    return np.concatenate(parts, axis=1)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from inference.engine import checkpoint, persistence
+from inference.engine import loop as engine_loop
 from inference.gvq import em as gvq
 from inference.mcvq import em as mcvq
 from inference.mixture import em as mixture
@@ -358,7 +359,7 @@ def gvq_data():
 @pytest.mark.parametrize("method", ["exact", "gibbs"])
 def test_gvq_chunks_and_resume_are_bit_identical(gvq_data, tmp_path, monkeypatch, method):
     """``gibbs`` draws random numbers every iteration (keys fold_in(key, iteration))."""
-    options = dict(method=method, rng_key=jax.random.key(1), num_iterations=12,
+    options = dict(method=method, rng_key=jax.random.key(1), max_iterations=12,
                    num_restarts=3, tol=1e-3)
     reference = gvq.fit_gvq(gvq_data, 5, **options)
     assert int(reference.num_iterations) > 3
@@ -366,7 +367,7 @@ def test_gvq_chunks_and_resume_are_bit_identical(gvq_data, tmp_path, monkeypatch
                           **options)
     assert_identical(reference, chunked)
     path = tmp_path / "gvq.npz"
-    interrupt_after(monkeypatch, gvq, "_advance_jit", 1)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 1)
     with pytest.raises(KeyboardInterrupt):
         gvq.fit_gvq(gvq_data, 5, checkpoint_path=path, checkpoint_every=2, **options)
     monkeypatch.undo()
@@ -417,7 +418,8 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
 
 
 def _svi_case(which):
-    """(module of the fit, ``run(**options)``) of a small SVI fit of each wrapper."""
+    """(module of the fit's chunk function, ``run(**options)``) of a small SVI fit of each
+    wrapper (GVQ's runs through the engine's loop)."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
     from inference.mixture import baselines_svi as mixture_baselines
@@ -425,7 +427,7 @@ def _svi_case(which):
     if which == "gvq":
         x = np.asarray(gvq_model.generate_planted(jax.random.key(11), 30, 3, 6,
                                                   noise_scale=0.1).x)
-        return numpyro_baselines, lambda num_steps=30, **kw: numpyro_baselines.fit_gvq_svi(
+        return engine_loop, lambda num_steps=30, **kw: numpyro_baselines.fit_gvq_svi(
             x, 3, rng_key=jax.random.key(1), num_steps=num_steps, num_restarts=2, **kw)
     if which == "mixture":
         centres = np.repeat(np.array([[0.0, 0.0], [4.0, 0.0]]), 30, axis=0)
@@ -454,10 +456,11 @@ def test_svi_chunks_and_resume_are_bit_identical(which, tmp_path, monkeypatch):
     carries its key and the optimiser's step count, so chunks and a resumed run
     take exactly the uninterrupted run's steps."""
     module, run = _svi_case(which)
+    name = "_advance_jit" if module is engine_loop else "_svi_advance"
     reference = run()
     assert_identical(reference, run(checkpoint_path=tmp_path / "every", checkpoint_every=7))
     path = tmp_path / "svi.npz"
-    interrupt_after(monkeypatch, module, "_svi_advance", 2)
+    interrupt_after(monkeypatch, module, name, 2)
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint_path=path, checkpoint_every=10)
     monkeypatch.undo()

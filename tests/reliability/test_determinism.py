@@ -31,7 +31,7 @@ from inference import (
     fit_vb_mixture,
     load,
 )
-from inference.association.core import METHODS, _load_methods
+from inference.association.core import METHODS, load_methods
 from inference.clipped.baselines import fit_clipped_mcmc, fit_clipped_svi
 from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi
 from inference.mcvq.baselines import fit_mcvq_svi
@@ -41,7 +41,7 @@ from ppl_models import clipped_gaussian, gvq, mcvq, mixture
 from ppl_models.diagnostics import ConvergenceWarning
 
 KEY = jax.random.key(7)
-_load_methods()
+load_methods()
 
 
 def _leaves(result):
@@ -110,7 +110,7 @@ def test_association_methods(planted, method):
 @pytest.mark.parametrize("method", ["exact", pytest.param("br", marks=pytest.mark.slow)])
 def test_fit_gvq(planted, method):
     x, _ = planted
-    assert_identical(lambda: fit_gvq(x, 3, method=method, rng_key=KEY, num_iterations=3,
+    assert_identical(lambda: fit_gvq(x, 3, method=method, rng_key=KEY, max_iterations=3,
                                      num_restarts=2))
 
 

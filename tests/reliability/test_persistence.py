@@ -69,7 +69,7 @@ def _tiny_results():
     out = {}
     planted = gvq_model.generate_planted(keys[0], num_examples=40, dim=6, num_features=3)
     out["associate"] = inference.associate(planted.features, planted.x)
-    out["fit_gvq"] = inference.fit_gvq(planted.x, 3, rng_key=keys[1], num_iterations=5)
+    out["fit_gvq"] = inference.fit_gvq(planted.x, 3, rng_key=keys[1], max_iterations=5)
     mixture = mixture_model.generate(keys[2], num_examples=120, num_components=3, dim=2)
     out["fit_mixture"] = inference.fit_mixture(mixture.x, 3, rng_key=keys[3])
     from inference.mixture.online import fit_online

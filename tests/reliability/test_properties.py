@@ -51,8 +51,8 @@ def quiet(fn, *args, **kwargs):
 def test_gvq_em_error_never_increases(seed, noise):
     data = gvq.generate_planted(jax.random.key(seed % 1000), 40, 4, 6, noise_scale=noise)
     result = quiet(fit_gvq, data.x, 4, rng_key=jax.random.key(seed), num_restarts=1,
-                   num_iterations=20)
-    trace = np.asarray(result.error_trace, float)[:int(result.num_iterations)]
+                   max_iterations=20)
+    trace = np.asarray(result.trace.objective, float)[:int(result.num_iterations)]
     # float32 rounding of the least-squares M-step: 1e-5 of the first error.
     assert np.all(np.diff(trace) <= 1e-5 * trace[0]), np.diff(trace)
 

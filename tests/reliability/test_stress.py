@@ -85,7 +85,7 @@ def test_mixture_on_scaled_data(scale):
 def test_gvq_on_scaled_data(planted, scale):
     fit = works_or_clear_error(
         lambda: fit_gvq(scale * np.asarray(planted.x), 5, rng_key=KEY, num_restarts=1,
-                        num_iterations=10), ["x"])
+                        max_iterations=10), ["x"])
     assert fit is not None and fit.error >= 0
 
 
@@ -94,10 +94,10 @@ def test_float64_and_float32_agree_on_gvq(planted):
     x32 = np.asarray(planted.x, np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ZooWarning)
-        f32 = fit_gvq(x32, 5, rng_key=KEY, num_restarts=1, num_iterations=10)
+        f32 = fit_gvq(x32, 5, rng_key=KEY, num_restarts=1, max_iterations=10)
         with jax.enable_x64(True):
             f64 = fit_gvq(x32.astype(np.float64), 5, rng_key=KEY, num_restarts=1,
-                          num_iterations=10)
+                          max_iterations=10)
             assert f64.features.dtype == np.float64
     assert f32.features.dtype == np.float32
     # Both finite and non-negative; the k-means++-style starts differ with the dtype, so

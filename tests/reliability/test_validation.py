@@ -137,18 +137,18 @@ rows("gibbs_associate", lambda features=FEATURES, x=X, **kw: gibbs_associate(
     features, x, **{"rng_key": KEY, "num_warmup": 1, "num_samples": 1, **kw}), BAD_X[:2] + [
     MISSING_KEY,
     ("rng_key", dict(rng_key=0), TypeError, r"^rng_key must be a single"),
-    ("sigma", dict(sigma=0.0), ValueError, r"^sigma must be positive"),
+    ("noise", dict(noise=0.0), ValueError, r"^noise must be positive"),
     ("num_samples", dict(num_samples=0), ValueError, r"^num_samples must be at least 1"),
 ])
 
 # --- GVQ learning -----------------------------------------------------------------------
-_GVQ = dict(rng_key=KEY, num_iterations=1, num_restarts=1)
+_GVQ = dict(rng_key=KEY, max_iterations=1, num_restarts=1)
 rows("fit_gvq", lambda x=X, num_features=2, **kw: fit_gvq(x, num_features, **{**_GVQ, **kw}),
      BAD_X + BAD_KEY + [
     ("num_features", dict(num_features=0), ValueError, r"^num_features must be at least 1; got 0"),
     ("num_features", dict(num_features=2.5), TypeError, r"^num_features must be an integer"),
     ("num_features", dict(num_features=True), TypeError, r"^num_features must be an integer"),
-    ("num_iterations", dict(num_iterations=0), ValueError, r"^num_iterations must be at least 1"),
+    ("max_iterations", dict(max_iterations=0), ValueError, r"^max_iterations must be at least 1"),
     ("num_restarts", dict(num_restarts=-2), ValueError, r"^num_restarts must be at least 1"),
     ("method", dict(method="nope"), ValueError, r"^method must be one of"),
     ("rng_key", dict(rng_key=None), MissingKeyError, r"rng_key"),
@@ -167,10 +167,10 @@ _SVI = dict(rng_key=KEY, num_steps=1, num_restarts=1)
 rows("fit_gvq_svi", lambda x=X, n=2, **kw: fit_gvq_svi(x, n, **{**_SVI, **kw}), BAD_X + BAD_KEY + [
     MISSING_KEY,
     ("num_features", dict(n=0), ValueError, r"^num_features must be at least 1"),
-    ("sigma", dict(sigma=0.0), ValueError, r"^sigma must be positive"),
+    ("noise", dict(noise=0.0), ValueError, r"^noise must be positive"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
     ("learning_rate", dict(learning_rate=-0.1), ValueError, r"^learning_rate must be positive"),
-    ("rtol", dict(rtol=-1.0), ValueError, r"^rtol must be"),
+    ("tol", dict(tol=-1.0), ValueError, r"^tol must be"),
 ])
 _MCMC = dict(rng_key=KEY, num_warmup=1, num_samples=4)
 rows("fit_gvq_mcmc", lambda x=X, n=2, **kw: fit_gvq_mcmc(x, n, **{**_MCMC, **kw}), BAD_X[:3] + [
@@ -182,7 +182,7 @@ rows("fit_gvq_mcmc", lambda x=X, n=2, **kw: fit_gvq_mcmc(x, n, **{**_MCMC, **kw}
     ("summary", dict(summary="nope"), ValueError, r"^summary must be one of"),
     ("target_accept_prob", dict(target_accept_prob=1.5), ValueError,
      r"^target_accept_prob must be in \(0, 1\); got 1.5"),
-    ("sigma", dict(sigma=-1.0), ValueError, r"^sigma must be positive"),
+    ("noise", dict(noise=-1.0), ValueError, r"^noise must be positive"),
 ])
 
 # --- mixtures ---------------------------------------------------------------------------

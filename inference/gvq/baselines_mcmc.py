@@ -1,0 +1,405 @@
+"""NUTS on the GVQ program's F with the binary units summed out, as a baseline (see
+:mod:`inference.gvq.baselines`): :func:`fit_gvq_mcmc` and :class:`GVQMCMCResult`.
+
+The chains run NumPyro's own sampler (``lax.scan`` over ``kernel.sample``), not the
+engine's loop: a fixed number of warm-up and sampling iterations, whose per-iteration
+arrays are the samples themselves (their ``trace``), diagnosed by split R-hat.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+from numpyro.infer import NUTS, init_to_value
+from tqdm.auto import tqdm
+
+from inference.association.core import associate
+from inference.engine.persistence import register_renamed_fields
+from inference.gvq.algorithm import restart_features
+from inference.gvq.result import GVQTrace
+from inference.program.kwargs import split_model_kwargs
+from ppl_models import gvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import (
+    MissingKeyError,
+    check_choice,
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
+
+__all__ = ["fit_gvq_mcmc", "GVQMCMCResult", "relabel_samples", "MAX_MCMC_FEATURES",
+           "R_HAT_THRESHOLD"]
+
+#: NUTS sums the 2^n states of every example at *every* gradient evaluation
+#: (hundreds to thousands per kept sample): refused beyond 8 units (256 states).
+MAX_MCMC_FEATURES = 8
+#: A chain counts as converged when the largest split R-hat over the entries of
+#: F is at most this (Gelman et al., Bayesian Data Analysis, 3rd ed., sec. 11.4).
+R_HAT_THRESHOLD = 1.1
+
+
+
+class GVQMCMCResult(NamedTuple):
+    """Result of :func:`fit_gvq_mcmc`.
+
+    The first six fields are those of :class:`~inference.gvq.em.GVQResult`, so code
+    reading ``features``, ``states``, ``error`` works on both.
+
+    Attributes
+    ----------
+    features : array (num_features, dim)
+        The posterior summary of F: the mean of the relabelled post-warm-up
+        samples of all chains (``summary="mean"``) or of the chain that holds
+        the pivot (``"chain"``), or the pivot itself, the sample with the highest
+        log joint (``"best"``).
+    states : int32 array (num_examples, num_features)
+        Exact (sigma -> 0) association of every example under ``features``.
+    error : scalar
+        Mean over examples of ||x - s @ F||^2 for ``states`` and ``features``.
+    trace : GVQTrace
+        ``objective`` (num_chains, num_warmup + num_samples): -log p(x, F) /
+        num_examples (the units summed out; NUTS's potential energy per example)
+        at every iteration, warm-up included; the same quantity as
+        :func:`fit_gvq_svi`'s loss trace.
+    num_iterations : int
+        num_warmup + num_samples, per chain.
+    converged : bool
+        Largest split R-hat over the entries of F at most ``R_HAT_THRESHOLD``
+        (1.1) and no divergent transition after warm-up.
+    samples : array (num_chains, num_samples, num_features, dim)
+        Post-warm-up samples of F, the rows of each permuted to match the pivot.
+    log_joint : array (num_chains, num_samples)
+        log p(x, F) of every sample, the units summed out.
+    best_features : array (num_features, dim)
+        The pivot (see ``features``).
+    r_hat, ess : arrays (num_features, dim)
+        Split R-hat and effective sample size of every entry of F over the
+        relabelled samples of all chains (``numpyro.diagnostics``; with one
+        chain, R-hat compares its two halves).
+    num_divergent : int
+        Divergent transitions after warm-up, all chains.
+    num_relabelled : int
+        Post-warm-up samples whose rows were permuted (label switches undone).
+    mean_num_steps : float
+        Mean number of leapfrog steps (gradient evaluations) per post-warm-up
+        iteration; 2^max_tree_depth - 1 means every trajectory hit the cap.
+    num_gradients : int
+        Leapfrog steps of all iterations of all chains, warm-up included: the cost.
+    """
+
+    features: jax.Array
+    states: jax.Array
+    error: jax.Array
+    trace: GVQTrace
+    num_iterations: jax.Array
+    converged: jax.Array
+    samples: jax.Array
+    log_joint: jax.Array
+    best_features: jax.Array
+    r_hat: np.ndarray
+    ess: np.ndarray
+    num_divergent: int
+    num_relabelled: int
+    mean_num_steps: float
+    num_gradients: int
+
+
+#: The tqdm bar that the jitted chains advance through ``jax.debug.callback``, and the
+#: chains each callback stands for (under ``vmap`` an unbatched callback runs once).
+_PROGRESS: dict = {"bar": None, "chains": 1}
+
+
+def _advance_progress(count):
+    bar = _PROGRESS["bar"]
+    if bar is not None:
+        bar.update(int(count) * _PROGRESS["chains"])
+
+
+def _nuts_chain_impl(rng_key, x, start, sigma, dynamic_kwargs, *, model, static_kwargs,
+                     num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass,
+                     progress_every):
+    """One NUTS chain on F (units enumerated) from ``start``; returns per-iteration arrays."""
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "sigma": sigma, "split_states": True,
+              "num_features": start.shape[0]}
+    kernel = NUTS(model, init_strategy=init_to_value(values={"F": start}),
+                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
+                  dense_mass=dense_mass)
+    state = kernel.init(rng_key, num_warmup, None, (x,), kwargs)
+
+    def body(state, i):
+        state = kernel.sample(state, (x,), kwargs)
+        if progress_every:
+            jax.lax.cond((i + 1) % progress_every == 0,
+                         lambda: jax.debug.callback(_advance_progress, progress_every),
+                         lambda: None)
+        return state, (state.z["F"], state.potential_energy, state.diverging, state.num_steps)
+
+    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
+    return out
+
+
+_NUTS_STATIC = ("model", "static_kwargs", "num_warmup", "num_samples", "target_accept_prob",
+                "max_tree_depth", "dense_mass", "progress_every")
+_nuts_chain = jax.jit(_nuts_chain_impl, static_argnames=_NUTS_STATIC)
+
+
+@partial(jax.jit, static_argnames=_NUTS_STATIC)
+def _nuts_chains_vectorized(keys, x, starts, sigma, dynamic_kwargs, **static):
+    return jax.vmap(lambda k, s: _nuts_chain_impl(k, x, s, sigma, dynamic_kwargs, **static))(
+        keys, starts)
+
+
+def relabel_samples(samples, pivot):
+    """Undo label switching: permute the rows of every sample to match ``pivot``.
+
+    Pivotal reordering (Marin, Mengersen & Robert 2005, sec. 4.1): for each
+    sample the permutation of its rows (features) minimising the summed squared
+    Euclidean distance to the pivot's rows is found by the Hungarian algorithm
+    (``scipy.optimize.linear_sum_assignment``).
+
+    Parameters
+    ----------
+    samples : array (..., num_features, dim)
+    pivot : array (num_features, dim)
+
+    Returns
+    -------
+    relabelled : ndarray, the shape of ``samples``
+    num_permuted : int
+        Samples whose permutation is not the identity.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    samples, pivot = np.asarray(samples), np.asarray(pivot)
+    if samples.shape[-2:] != pivot.shape:
+        raise ValueError(f"samples must end in the pivot's shape {pivot.shape}; got "
+                         f"{samples.shape}")
+    flat = samples.reshape(-1, *pivot.shape)
+    # cost[k, i, j] = ||pivot[i] - sample_k[j]||^2
+    cost = np.sum(np.square(pivot[None, :, None, :] - flat[:, None, :, :]), axis=-1)
+    perms = np.stack([linear_sum_assignment(c)[1] for c in cost]) if len(flat) else \
+        np.zeros((0, pivot.shape[0]), int)
+    relabelled = np.take_along_axis(flat, perms[:, :, None], axis=1)
+    num_permuted = int(np.sum(np.any(perms != np.arange(pivot.shape[0]), axis=1)))
+    return relabelled.reshape(samples.shape), num_permuted
+
+
+def fit_gvq_mcmc(
+    x,
+    num_features: int,
+    *,
+    rng_key,
+    noise=0.1,
+    num_warmup: int = 500,
+    num_samples: int = 500,
+    num_chains: int = 1,
+    chain_method: str = "sequential",
+    init_features=None,
+    summary: str = "mean",
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    dense_mass: bool = False,
+    model: Callable | None = None,
+    model_kwargs: dict | None = None,
+    progress_bar: bool = False,
+) -> GVQMCMCResult:
+    """Sample the posterior over F by NUTS, the binary units summed out (small n only).
+
+    Model: the GVQ program at finite noise (:func:`ppl_models.gvq.model` with
+    ``split_states=True``),
+
+        F ~ Normal(0, feature_scale),  s_i ~ Bernoulli(p_i),  x ~ Normal(s @ F, sigma^2 I),
+
+    whose unit sites ``s_0 .. s_{n-1}`` are marked for parallel enumeration.
+    NumPyro's MCMC sums them out exactly (through funsor), so NUTS (Hoffman &
+    Gelman 2014; step size and diagonal mass matrix adapted during warm-up)
+    runs on the continuous F alone, with potential energy
+    -log p(F) - sum_mu log sum_s p(s) N(x_mu; s @ F, sigma^2 I).
+
+    Cost: every gradient of that potential touches all 2^n states of every
+    example, O(num_examples 2^n dim), and every NUTS iteration takes up to
+    2^max_tree_depth gradients (``mean_num_steps`` reports how many it took);
+    the total is O((num_warmup + num_samples) num_chains steps num_examples 2^n dim).
+    Hence ``num_features <= MAX_MCMC_FEATURES`` (8).
+
+    Label switching: the posterior is invariant under permutations of the
+    rows of F (the units relabelled alike), n! symmetric modes, besides the
+    non-symmetric local optima that EM meets too. At small sigma a chain
+    practically never crosses between symmetric modes (the barriers grow
+    like num_examples / sigma^2 in log density), but different chains land
+    in different permutations, and averaging them unaligned is meaningless.
+    The samples are therefore relabelled against a pivot (:func:`relabel_samples`):
+    the pivot is the post-warm-up sample with the highest log joint over all
+    chains. The summary ``features`` is the mean of the relabelled samples
+    (``summary="mean"``, the default: the posterior mean within the pivot's
+    mode, the Bayes estimate under squared loss and, unlike a single sample,
+    free of the posterior's own spread). R-hat and ESS are computed on the
+    relabelled samples, so chains stuck in different non-symmetric optima
+    still show as R-hat > 1.1 (a warning and ``converged=False``). Such chains
+    are like EM's restarts, and averaging across them is meaningless:
+    ``summary="chain"`` then averages only the chain holding the pivot (the
+    best restart, as :func:`inference.fit_gvq` keeps the best restart), and
+    ``"best"`` returns the pivot itself. In a poor optimum loosely determined
+    features may swap places within a chain; ``num_relabelled`` counts those
+    swaps too.
+
+    Parameters
+    ----------
+    x : array (num_examples, dim)
+    num_features : int
+        n, at most 8.
+    rng_key : jax.random key
+        Drives the initial features (when ``init_features`` is None) and NUTS.
+    noise : float
+        Observation noise of the program (its ``sigma``).
+    num_warmup, num_samples : int
+        Warm-up (adaptation) iterations and kept samples per chain;
+        ``num_samples >= 4`` (split R-hat halves each chain).
+    num_chains : int
+        Independent chains, each from its own initial features.
+    chain_method : {"sequential", "vectorized"}
+        Run the chains one after the other (one compiled chain) or under ``vmap``.
+    init_features : array, optional
+        (num_features, dim), shared by all chains, or (num_chains, num_features, dim);
+        default :func:`inference.gvq.em.initial_features`, as for :func:`inference.fit_gvq`.
+    summary : {"mean", "chain", "best"}
+        How ``features`` summarises the samples (see above).
+    target_accept_prob, max_tree_depth, dense_mass
+        NUTS settings (NumPyro's defaults 0.8, 10, False).
+    model, model_kwargs
+        The program (``split_states`` support, F a latent site ``"F"``) and
+        further keyword arguments (e.g. ``prior_probs``, ``feature_scale``).
+    progress_bar : bool
+        Show a tqdm bar over all iterations (advanced from inside the jitted chain).
+
+    Returns
+    -------
+    GVQMCMCResult
+
+    Notes
+    -----
+    From random initial features many chains settle in poor optima (as EM's
+    restarts do; ``ppl-zoo compare gvq-learning`` shows how many). Such a
+    chain was seen to spread its features by several units (against about
+    0.04 in the planted optimum), and its trajectories run to the tree-depth
+    cap at almost every iteration, so it costs up to 2^max_tree_depth - 1
+    gradients per iteration (``mean_num_steps``, ``num_gradients``). A lower
+    ``max_tree_depth`` bounds that cost; starting from EM's features
+    (``init_features=fit_gvq(...).features``) samples the posterior around
+    EM's optimum.
+
+    References
+    ----------
+    Hoffman, Gelman, "The No-U-Turn Sampler", JMLR 15 (2014).
+    Marin, Mengersen, Robert, "Bayesian modelling and inference on mixtures of
+    distributions", Handbook of Statistics 25 (2005), sec. 4.1.
+    """
+    if rng_key is None:
+        raise MissingKeyError("fit_gvq_mcmc needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
+    x = check_data(x, "x")
+    num_features = check_positive_int(
+        num_features, "num_features", maximum=MAX_MCMC_FEATURES,
+        why=" for NUTS with enumerated units (2^num_features states per example at every "
+            "gradient evaluation)")
+    num_warmup = check_positive_int(num_warmup, "num_warmup")
+    num_samples = check_positive_int(num_samples, "num_samples")
+    if num_samples < 4:
+        raise ValueError(f"num_samples must be at least 4 (split R-hat compares the two halves "
+                         f"of each chain); got {num_samples}")
+    num_chains = check_positive_int(num_chains, "num_chains")
+    max_tree_depth = check_positive_int(max_tree_depth, "max_tree_depth")
+    check_choice(chain_method, "chain_method", ("sequential", "vectorized"))
+    check_choice(summary, "summary", ("mean", "chain", "best"))
+    check_positive(noise, "noise")
+    if not isinstance(target_accept_prob, int | float) or not 0 < target_accept_prob < 1:
+        raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}")
+    if "features" in (model_kwargs or {}):
+        raise ValueError("model_kwargs must not fix 'features': MCMC samples F")
+    model = gvq.model if model is None else model
+    key_init, key_run = jax.random.split(rng_key)
+    starts = restart_features(key_init, x, num_features, num_chains, init_features)
+    keys = jax.random.split(key_run, num_chains)
+    dynamic, static = split_model_kwargs(model_kwargs)
+    total = num_warmup + num_samples
+    progress_every = max(1, total // 100) if progress_bar else 0
+    settings = dict(model=model, static_kwargs=static, num_warmup=num_warmup,
+                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
+                    max_tree_depth=max_tree_depth, dense_mass=bool(dense_mass),
+                    progress_every=progress_every)
+    sigma = jnp.asarray(noise, x.dtype)
+    bar = tqdm(total=num_chains * total, desc="GVQ NUTS", leave=False, disable=not progress_bar)
+    _PROGRESS["bar"] = bar if progress_bar else None
+    _PROGRESS["chains"] = num_chains if chain_method == "vectorized" else 1
+    try:
+        if chain_method == "vectorized":
+            out = _nuts_chains_vectorized(keys, x, starts, sigma, dynamic, **settings)
+        else:
+            chains = [_nuts_chain(keys[c], x, starts[c], sigma, dynamic, **settings)
+                      for c in range(num_chains)]
+            out = jax.tree.map(lambda *a: jnp.stack(a), *chains)
+        draws, potential, diverging, num_steps = jax.block_until_ready(out)
+    finally:
+        _PROGRESS["bar"], _PROGRESS["chains"] = None, 1
+        bar.close()
+    log_joint = -np.asarray(potential[:, num_warmup:])
+    if not np.all(np.isfinite(log_joint)):
+        warnings.warn("fit_gvq_mcmc: non-finite log density among the samples; they are "
+                      "skipped when choosing the pivot", NumericalWarning, stacklevel=2)
+    pivot_index = np.unravel_index(
+        np.argmax(np.where(np.isfinite(log_joint), log_joint, -np.inf)), log_joint.shape)
+    kept = np.asarray(draws[:, num_warmup:])
+    pivot = kept[pivot_index]
+    samples, num_relabelled = relabel_samples(kept, pivot)
+    r_hat = split_gelman_rubin(samples)
+    ess = effective_sample_size(samples)
+    num_divergent = int(np.sum(np.asarray(diverging[:, num_warmup:])))
+    max_r_hat = float(np.nanmax(r_hat))
+    converged = bool(max_r_hat <= R_HAT_THRESHOLD) and num_divergent == 0
+    if max_r_hat > R_HAT_THRESHOLD or not np.isfinite(max_r_hat):
+        warnings.warn(
+            f"fit_gvq_mcmc: largest split R-hat over F is {max_r_hat:.3g} > {R_HAT_THRESHOLD} "
+            "(chains in different optima, or not mixed within the chain); raise num_warmup / "
+            "num_samples, or use summary='chain'", ConvergenceWarning, stacklevel=2)
+    if num_divergent:
+        warnings.warn(
+            f"fit_gvq_mcmc: {num_divergent} divergent transition(s) after warm-up; raise "
+            "target_accept_prob", ConvergenceWarning, stacklevel=2)
+    if summary == "mean":
+        features = samples.reshape(-1, *pivot.shape).mean(axis=0)
+    elif summary == "chain":
+        features = samples[pivot_index[0]].mean(axis=0)
+    else:
+        features = pivot
+    features = jnp.asarray(features, x.dtype)
+    result = associate(features, x, model=model, model_kwargs=model_kwargs, check=False)
+    return GVQMCMCResult(
+        features=features, states=result.states, error=jnp.mean(result.energy),
+        trace=GVQTrace(jnp.asarray(potential) / x.shape[0]), num_iterations=jnp.asarray(total),
+        converged=jnp.asarray(converged), samples=jnp.asarray(samples),
+        log_joint=jnp.asarray(log_joint), best_features=jnp.asarray(pivot),
+        r_hat=np.asarray(r_hat), ess=np.asarray(ess), num_divergent=num_divergent,
+        num_relabelled=num_relabelled,
+        mean_num_steps=float(np.mean(np.asarray(num_steps[:, num_warmup:]))),
+        num_gradients=int(np.sum(np.asarray(num_steps, np.int64))),
+    )
+
+
+def _trace_of_chains(fields: dict) -> dict:
+    """An old file's ``error_trace`` array as the :class:`GVQTrace` of every chain."""
+    trace = fields.get("trace")
+    if trace is not None and not isinstance(trace, GVQTrace):
+        fields = dict(fields, trace=GVQTrace(objective=trace))
+    return fields
+
+
+register_renamed_fields(GVQMCMCResult, {"error_trace": "trace"}, convert=_trace_of_chains)

@@ -1,0 +1,292 @@
+"""NumPyro's generic inference on the PPCA program, as baselines for :func:`fit_ppca`.
+
+Both run on the *collapsed* program ``ppl_models.ppca.model(..., collapsed=True)``:
+x_n ~ MultivariateNormal(mu, W^T W + sigma^2 I) with z integrated out exactly (the same
+program as the one with a z site per example, marginalised; its log-density is the
+likelihood that Tipping & Bishop's EM maximises, plus the priors W ~ Normal(0, 1),
+mu ~ Normal(0, 10^2), sigma ~ HalfNormal(1)). Marginalising z removes N q latent
+dimensions, so NUTS is quick on small data and SVI needs no guide for z.
+
+* :func:`fit_ppca_svi`: SVI with ``AutoDelta`` on W, mu and sigma (a point estimate:
+  the maximum a posteriori parameters; with N examples the priors barely move it from
+  the maximum-likelihood fit of ``fit_ppca(noise="ml")``), Adam with a cosine-decayed
+  step size, all steps in one jitted ``lax.scan``;
+* :func:`fit_ppca_mcmc`: NUTS over W, mu and sigma, summarised by rotation-invariant
+  quantities (W is identified only up to W -> Q W): the posterior mean of W^T W, its
+  leading q eigenvectors (the posterior's principal subspace) and the posterior mean
+  of sigma.
+
+References
+----------
+M. E. Tipping, C. M. Bishop, "Probabilistic principal component analysis", JRSS B, 1999.
+M. D. Hoffman, A. Gelman, "The No-U-Turn Sampler", JMLR 15, 2014.
+D. P. Kingma, J. Ba, "Adam: a method for stochastic optimization", ICLR 2015.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from numpyro.diagnostics import split_gelman_rubin
+from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO, init_to_value
+from numpyro.infer.autoguide import AutoDelta
+
+from inference.engine.progress import progress, tick
+from ppl_models import ppca
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import (
+    check_data,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
+
+__all__ = ["PPCASVIResult", "PPCAMCMCResult", "fit_ppca_svi", "fit_ppca_mcmc",
+           "R_HAT_THRESHOLD"]
+
+#: Largest split R-hat (over W^T W and sigma) of a converged NUTS run (Gelman et al.,
+#: Bayesian Data Analysis, 3rd ed., sec. 11.4).
+R_HAT_THRESHOLD = 1.1
+#: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
+_FINAL_FRACTION = 0.01
+
+
+def _check(x, num_components, rng_key):
+    check_rng_key(rng_key)
+    x = check_data(x, "x", min_examples=2)
+    num_components = check_positive_int(num_components, "num_components",
+                                        maximum=x.shape[1] - 1 if x.shape[1] > 1 else 1,
+                                        why=" (d - 1: sigma needs a discarded direction)")
+    return x, num_components
+
+
+def _start(rng_key, x, num_components):
+    """Initial W (random, scaled to the data), mu (data mean) and sigma (data std)."""
+    scale = jnp.sqrt(jnp.mean(jnp.var(x, axis=0)))
+    weights = jax.random.normal(rng_key, (num_components, x.shape[1]), x.dtype) * scale
+    return {"W": weights, "mu": jnp.mean(x, axis=0), "sigma": scale}
+
+
+class PPCASVIResult(NamedTuple):
+    """Result of :func:`fit_ppca_svi`.
+
+    Attributes
+    ----------
+    weights : array (q, d)
+        Point estimate of W (one rotation among equally good ones).
+    mean : array (d,)
+    noise : float
+        Point estimate of sigma.
+    loss_trace : array (num_steps,)
+        -ELBO per step divided by the number of examples (the negative mean log
+        joint density at the point estimate: log-likelihood plus priors).
+    num_steps : int
+    converged : bool
+        The mean loss of the last tenth of the steps differs from that of the tenth
+        before by at most ``rtol`` (relative).
+    """
+
+    weights: jax.Array
+    mean: jax.Array
+    noise: float
+    loss_trace: jax.Array
+    num_steps: int
+    converged: bool
+
+
+@partial(jax.jit, static_argnames=("num_steps", "progress_every"))
+def _svi_run(rng_key, x, start, learning_rate, *, num_steps, progress_every):
+    model = partial(ppca.model, collapsed=True, sigma=None)
+    guide = AutoDelta(model, init_loc_fn=init_to_value(values=start))
+    schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=_FINAL_FRACTION)
+    svi = SVI(model, guide, optax.adam(schedule), Trace_ELBO())
+    num_components = start["W"].shape[0]
+    state = svi.init(rng_key, x, num_components=num_components)
+
+    def step(state, i):
+        state, loss = svi.update(state, x, num_components=num_components)
+        tick(i, progress_every)
+        return state, loss
+
+    state, losses = jax.lax.scan(step, state, jnp.arange(num_steps))
+    return guide.median(svi.get_params(state)), losses
+
+
+def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
+                 learning_rate: float = 0.05, rtol: float = 1e-3,
+                 progress_bar: bool = False) -> PPCASVIResult:
+    """MAP W, mu and sigma of the collapsed PPCA program by SVI (``AutoDelta``, Adam).
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+    num_components : int
+        q, 1 <= q <= d - 1.
+    rng_key : jax.random key
+        Draws the initial W (Normal(0, 1) entries times the data's standard deviation;
+        mu starts at the data mean and sigma at the data's standard deviation).
+    num_steps : int
+        Adam steps.
+    learning_rate : float
+        Adam's initial step size (decayed by a cosine to 1% of it).
+    rtol : float
+        Convergence test on the loss (see :class:`PPCASVIResult`).
+    progress_bar : bool
+
+    Returns
+    -------
+    PPCASVIResult
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the loss still changes by more than ``rtol`` at the end.
+    NumericalWarning
+        When the loss or the estimates are not finite.
+    """
+    x, num_components = _check(x, num_components, rng_key)
+    num_steps = check_positive_int(num_steps, "num_steps")
+    check_positive(learning_rate, "learning_rate")
+    check_positive(rtol, "rtol")
+    key_init, key_run = jax.random.split(rng_key)
+    start = _start(key_init, x, num_components)
+    with progress(num_steps, "PPCA SVI", progress_bar) as every:
+        sites, losses = jax.block_until_ready(_svi_run(
+            key_run, x, start, jnp.asarray(learning_rate, x.dtype), num_steps=num_steps,
+            progress_every=every))
+    losses = losses / x.shape[0]
+    tenth = max(1, num_steps // 10)
+    before, last = (float(jnp.mean(losses[-2 * tenth:-tenth])), float(jnp.mean(losses[-tenth:])))
+    finite = bool(jnp.all(jnp.isfinite(sites["W"]))) and np.isfinite(last)
+    if not finite:
+        warnings.warn("fit_ppca_svi: the loss or the estimates are not finite; lower "
+                      "learning_rate", NumericalWarning, stacklevel=2)
+    converged = num_steps >= 20 and finite and abs(before - last) <= rtol * abs(last)
+    if not converged:
+        warnings.warn(f"fit_ppca_svi: the loss still changes by more than rtol={rtol:g} "
+                      f"(relative) over the last fifth of the {num_steps} steps; raise num_steps",
+                      ConvergenceWarning, stacklevel=2)
+    return PPCASVIResult(sites["W"], sites["mu"], float(sites["sigma"]), losses, num_steps,
+                         converged)
+
+
+class PPCAMCMCResult(NamedTuple):
+    """Result of :func:`fit_ppca_mcmc`.
+
+    Attributes
+    ----------
+    weights_gram : array (d, d)
+        Posterior mean of W^T W (rotation-invariant).
+    subspace : array (q, d)
+        Orthonormal rows: the leading q eigenvectors of ``weights_gram``.
+    mean : array (d,)
+        Posterior mean of mu.
+    noise : float
+        Posterior mean of sigma.
+    noise_samples : array (num_chains, num_samples)
+    r_hat : float
+        Largest split R-hat over the entries of W^T W and sigma.
+    num_divergent : int
+        Divergent transitions after warm-up, all chains.
+    num_gradients : int
+        Leapfrog steps after warm-up, all chains (the cost).
+    converged : bool
+        ``r_hat <= R_HAT_THRESHOLD`` and no divergent transition.
+    """
+
+    weights_gram: jax.Array
+    subspace: jax.Array
+    mean: jax.Array
+    noise: float
+    noise_samples: jax.Array
+    r_hat: float
+    num_divergent: int
+    num_gradients: int
+    converged: bool
+
+
+def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
+                  num_samples: int = 300, num_chains: int = 2,
+                  target_accept_prob: float = 0.8, max_tree_depth: int = 6,
+                  progress_bar: bool = False) -> PPCAMCMCResult:
+    """Sample W, mu and sigma of the collapsed PPCA program by NUTS.
+
+    Parameters
+    ----------
+    x : array (num_examples, d)
+    num_components : int
+        q, 1 <= q <= d - 1.
+    rng_key : jax.random key
+        Draws the initial W (shared by the chains; mu starts at the data mean, sigma at
+        the data's standard deviation) and the chains.
+    num_warmup, num_samples : int
+        Per chain; ``num_samples >= 4`` (split R-hat).
+    num_chains : int
+        Chains, run one after the other.
+    target_accept_prob : float
+        NUTS's step-size adaptation target, in (0, 1).
+    max_tree_depth : int
+        A trajectory takes at most 2^max_tree_depth - 1 gradients. 6 (NumPyro's default
+        is 10): the rotation W -> Q W is a flat direction of the likelihood, held only
+        by the prior, along which trajectories would otherwise run to the cap.
+    progress_bar : bool
+        NumPyro's progress bar.
+
+    Returns
+    -------
+    PPCAMCMCResult
+
+    Warns
+    -----
+    ConvergenceWarning
+        Split R-hat above ``R_HAT_THRESHOLD`` or divergent transitions.
+    """
+    x, num_components = _check(x, num_components, rng_key)
+    num_warmup = check_positive_int(num_warmup, "num_warmup")
+    num_samples = check_positive_int(num_samples, "num_samples")
+    if num_samples < 4:
+        raise ValueError(f"num_samples must be at least 4 (split R-hat); got {num_samples}")
+    num_chains = check_positive_int(num_chains, "num_chains")
+    max_tree_depth = check_positive_int(max_tree_depth, "max_tree_depth")
+    if isinstance(target_accept_prob, bool) or not isinstance(
+            target_accept_prob, int | float) or not 0 < target_accept_prob < 1:
+        raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}")
+    key_init, key_run = jax.random.split(rng_key)
+    start = _start(key_init, x, num_components)
+    model = partial(ppca.model, collapsed=True, sigma=None)
+    kernel = NUTS(model, init_strategy=init_to_value(values=start),
+                  target_accept_prob=float(target_accept_prob), max_tree_depth=max_tree_depth)
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="sequential", progress_bar=progress_bar)
+    mcmc.run(key_run, x, num_components=num_components, extra_fields=("diverging", "num_steps"))
+    draws = mcmc.get_samples(group_by_chain=True)
+    weights = np.asarray(draws["W"], np.float64)
+    gram = np.einsum("csqa,csqb->csab", weights, weights)
+    rows, cols = np.triu_indices(x.shape[1])
+    sigma = np.asarray(draws["sigma"])
+    invariants = np.concatenate([gram[..., rows, cols], sigma[..., None]], axis=-1)
+    r_hat = float(np.nanmax(split_gelman_rubin(invariants)))
+    num_divergent = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
+    num_gradients = int(np.sum(np.asarray(mcmc.get_extra_fields()["num_steps"], np.int64)))
+    converged = r_hat <= R_HAT_THRESHOLD and num_divergent == 0
+    if not r_hat <= R_HAT_THRESHOLD:
+        warnings.warn(f"fit_ppca_mcmc: largest split R-hat over W^T W and sigma is {r_hat:.3g} "
+                      f"> {R_HAT_THRESHOLD}; raise num_warmup / num_samples",
+                      ConvergenceWarning, stacklevel=2)
+    if num_divergent:
+        warnings.warn(f"fit_ppca_mcmc: {num_divergent} divergent transition(s) after warm-up; "
+                      "raise target_accept_prob", ConvergenceWarning, stacklevel=2)
+    mean_gram = gram.mean(axis=(0, 1))
+    _, vectors = np.linalg.eigh(mean_gram)
+    subspace = vectors[:, ::-1][:, :num_components].T
+    dtype = x.dtype
+    return PPCAMCMCResult(jnp.asarray(mean_gram, dtype), jnp.asarray(subspace, dtype),
+                          jnp.asarray(np.asarray(draws["mu"]).mean(axis=(0, 1)), dtype),
+                          float(sigma.mean()), jnp.asarray(sigma, dtype), r_hat, num_divergent,
+                          num_gradients, converged)
