@@ -77,7 +77,7 @@ def test_criteria_order_along_the_papers_chain_and_objectives_never_increase(dat
     # At one set of parameters the three criteria order the same way.
     assert soft.L_stocha <= soft.L_map <= soft.L_NN
     for result in (nn, hard, soft):
-        trace = np.asarray(result.objective_trace)
+        trace = np.asarray(result.trace.objective)
         assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[:-1])), result.mode
 
 
@@ -195,7 +195,7 @@ def test_collapsing_components_are_pruned_mid_run():
     result = fit_mixture(x, 3, mode="map", init_means=start, init_covariances=np.stack(
         [np.eye(2)] * 3))
     assert result.num_components == 2  # fewer points than d + 1: singular, discarded
-    counts = np.asarray(result.num_components_trace)
+    counts = np.asarray(result.trace.num_components)
     assert counts[0] == 2 and np.all(np.diff(counts) <= 0)
     with pytest.warns(ConvergenceWarning, match="collapsed"):
         kept = fit_mixture(x, 3, mode="map", init_means=start, prune=False,
@@ -322,7 +322,7 @@ def test_mml_weight_rule_prunes_redundant_components_the_literal_rule_keeps():
     mml = fit_mixture(d.x, 12, mode="stochastic", weight_rule="mml", **kwargs)
     assert literal.num_components >= 10
     assert 4 <= mml.num_components <= literal.num_components - 3
-    trace = np.asarray(mml.num_components_trace)
+    trace = np.asarray(mml.trace.num_components)
     assert trace[0] <= 12 and trace[-1] == mml.num_components and np.all(np.diff(trace) <= 0)
     assert np.all(np.asarray(mml.weights) > 0)
     assert mml.weights.shape == (mml.num_components,)

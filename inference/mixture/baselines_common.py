@@ -25,7 +25,7 @@ MAX_MCMC_COMPONENTS = 10
 #: Largest split R-hat (over label-invariant summaries) of a converged run
 #: (Gelman et al., Bayesian Data Analysis, 3rd ed., sec. 11.4).
 R_HAT_THRESHOLD = 1.1
-#: Adam's step size decays by a cosine to this fraction of ``step_size``.
+#: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
 FINAL_FRACTION = 0.01
 #: Draws per batch when the per-example log-likelihood of all draws is computed.
 DRAW_BATCH = 64

@@ -34,6 +34,12 @@ from ppl_models.validation import (
 )
 
 
+class MixtureSVITrace(NamedTuple):
+    """Per-step arrays of :func:`fit_mixture_svi` (all ``num_steps`` steps run)."""
+
+    objective: jax.Array
+
+
 class MixtureSVIResult(NamedTuple):
     """Result of :func:`fit_mixture_svi`.
 
@@ -48,7 +54,8 @@ class MixtureSVIResult(NamedTuple):
         ``-criteria(...)["L_stocha"]``, the quantity EM maximises.
     log_prior : float
         log p(theta) of the program's priors at the result (total, not per example).
-    loss_trace : array (num_steps,)
+    trace : MixtureSVITrace
+        ``objective``: the loss (negative ELBO) at every step, array (num_steps,).
         -ELBO / num_examples per step, before that step's update. The guide is a
         point mass and y is summed out, so the loss is exact (no sampling noise):
         -(log p(x | theta) + log p(theta)) / N = -log_likelihood - log_prior / N.
@@ -66,7 +73,7 @@ class MixtureSVIResult(NamedTuple):
     covariances: jax.Array
     log_likelihood: float
     log_prior: float
-    loss_trace: jax.Array
+    trace: MixtureSVITrace
     labels: jax.Array
     num_components: int
     num_steps: int
@@ -74,43 +81,43 @@ class MixtureSVIResult(NamedTuple):
     covariance: str
 
 
-def _mixture_svi(init_values, step_size, covariance, num_steps):
+def _mixture_svi(init_values, learning_rate, covariance, num_steps):
     """The SVI of :func:`fit_mixture_svi`: AutoDelta, Adam with a cosine-decayed step."""
     # The guide sees the program with y hidden: y is summed out by TraceEnum_ELBO.
     guide = AutoDelta(handlers.block(mixture.model, hide=["y"]),
                       init_loc_fn=init_to_value(values=init_values))
-    schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=FINAL_FRACTION)
+    schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=FINAL_FRACTION)
     return SVI(mixture.model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=1))
 
 
 @partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_start(rng_key, x, init_values, step_size, prior_scale, *, covariance, num_components,
+def _svi_start(rng_key, x, init_values, learning_rate, prior_scale, *, covariance, num_components,
                num_steps):
     """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
     from inference.engine.checkpoint import svi_start
 
     kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = _mixture_svi(init_values, step_size, covariance, num_steps)
+    svi = _mixture_svi(init_values, learning_rate, covariance, num_steps)
     return svi_start(svi.init(rng_key, x, **kwargs), num_steps, x.dtype)
 
 
 @partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps",
                                    "progress_every"))
-def _svi_advance(carry, x, init_values, step_size, prior_scale, stop_at, *, covariance,
+def _svi_advance(carry, x, init_values, learning_rate, prior_scale, stop_at, *, covariance,
                  num_components, num_steps, progress_every=0):
     """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
     :func:`inference.engine.checkpoint.svi_advance`)."""
     from inference.engine.checkpoint import svi_advance, svi_ready
 
     kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = svi_ready(_mixture_svi(init_values, step_size, covariance, num_steps), carry[0], x,
+    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), carry[0], x,
                     **kwargs)
     return svi_advance(lambda state: svi.update(state, x, **kwargs), carry, stop_at,
                        progress_every)
 
 
 @partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_finish(carry, x, init_values, step_size, prior_scale, *, covariance, num_components,
+def _svi_finish(carry, x, init_values, learning_rate, prior_scale, *, covariance, num_components,
                 num_steps):
     """(sites, losses, log prior) from the last SVI carry."""
     from inference.engine.checkpoint import svi_ready
@@ -118,7 +125,7 @@ def _svi_finish(carry, x, init_values, step_size, prior_scale, *, covariance, nu
     model = mixture.model
     kwargs = model_kwargs(covariance, num_components, prior_scale)
     state, losses, _ = carry
-    svi = svi_ready(_mixture_svi(init_values, step_size, covariance, num_steps), state, x,
+    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), state, x,
                     **kwargs)
     params = svi.get_params(state)  # constrained values
     sites = {name: params[f"{name}_auto_loc"] for name in init_values}
@@ -128,7 +135,7 @@ def _svi_finish(carry, x, init_values, step_size, prior_scale, *, covariance, nu
     return sites, losses, log_prior
 
 
-def _svi_checkpointed(rng_key, x, init_values, step_size, prior_scale, *, covariance,
+def _svi_checkpointed(rng_key, x, init_values, learning_rate, prior_scale, *, covariance,
                       num_components, num_steps, progress_every, checkpoint_path,
                       checkpoint_every, resume_from, options):
     """All SVI steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk without
@@ -141,16 +148,16 @@ def _svi_checkpointed(rng_key, x, init_values, step_size, prior_scale, *, covari
         start=tuple(init_values.values()))
     common = dict(covariance=covariance, num_components=num_components, num_steps=num_steps)
     carry = checkpoint.run_chunks(
-        lambda carry, stop_at: _svi_advance(carry, x, init_values, step_size, prior_scale,
+        lambda carry, stop_at: _svi_advance(carry, x, init_values, learning_rate, prior_scale,
                                             stop_at, progress_every=progress_every, **common),
-        lambda: _svi_start(rng_key, x, init_values, step_size, prior_scale, **common),
+        lambda: _svi_start(rng_key, x, init_values, learning_rate, prior_scale, **common),
         total=num_steps, finished=lambda carry: False, kind="fit_mixture_svi", options=saved,
         checkpoint_path=path, checkpoint_every=every, resume_from=resume)
-    return _svi_finish(carry, x, init_values, step_size, prior_scale, **common)
+    return _svi_finish(carry, x, init_values, learning_rate, prior_scale, **common)
 
 
 def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full",
-                    num_steps: int = 1000, step_size: float = 0.05, prior_scale: float = 10.0,
+                    num_steps: int = 1000, learning_rate: float = 0.05, prior_scale: float = 10.0,
                     init_means=None, init_weights=None, init_covariances=None,
                     tol: float = 1e-4, progress_bar: bool = False, checkpoint_path=None,
                     checkpoint_every: int | None = None,
@@ -164,7 +171,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     minimiser is the maximum a posteriori theta (the point mass has no entropy
     term). Optimiser: Adam on the unconstrained parameters (NumPyro's bijections:
     stick-breaking for alpha, exp for sd, the LKJ Cholesky map for corr) with its
-    step size decayed by a cosine from ``step_size`` to 1% of it; all steps run
+    step size decayed by a cosine from ``learning_rate`` to 1% of it; all steps run
     in one jitted ``lax.scan``.
 
     MAP, not maximum likelihood: the objective adds log p(theta) to the
@@ -193,7 +200,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     num_steps : int
         Adam steps (from a k-means++ start the runs of ``ppl-zoo compare mixture``
         settle within about 100).
-    step_size : float
+    learning_rate : float
         Adam's initial step size.
     prior_scale : float
         The program's prior scale of means and standard deviations; larger is a
@@ -233,7 +240,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     x, k = check_common(x, num_components, covariance, rng_key, prior_scale,
                          "fit_mixture_svi")
     num_steps = check_positive_int(num_steps, "num_steps")
-    check_positive(step_size, "step_size")
+    check_positive(learning_rate, "learning_rate")
     check_positive(tol, "tol")
     num, dim = x.shape
     key_means, key_run = jax.random.split(rng_key)
@@ -242,18 +249,18 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     init_values = site_values(weights, means, cov, covariance)
     with progress(num_steps, "mixture SVI", progress_bar) as every:
         sites, losses, log_prior = jax.block_until_ready(_svi_checkpointed(
-            key_run, x, init_values, jnp.asarray(step_size, x.dtype),
+            key_run, x, init_values, jnp.asarray(learning_rate, x.dtype),
             jnp.asarray(prior_scale, x.dtype), covariance=covariance, num_components=k,
             num_steps=num_steps, progress_every=every, checkpoint_path=checkpoint_path,
             checkpoint_every=checkpoint_every, resume_from=resume_from,
             options=dict(num_components=k, covariance=covariance, num_steps=num_steps,
-                         step_size=step_size, prior_scale=prior_scale, rng_key=rng_key)))
+                         learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key)))
     losses = losses / num
     weights, means, cov = parameters_from_sites(sites, covariance, dim)
     finite = all(bool(jnp.all(jnp.isfinite(v))) for v in (losses[-1], weights, means, cov))
     if not finite:
         warnings.warn("fit_mixture_svi: the loss or the parameters are not finite; lower "
-                      "step_size", NumericalWarning, stacklevel=2)
+                      "learning_rate", NumericalWarning, stacklevel=2)
     change = float(jnp.abs(losses[num_steps // 2] - losses[-1]))
     converged = finite and num_steps >= 10 and change <= tol
     if finite and not converged:
@@ -265,7 +272,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
                         axis=1).astype(jnp.int32)
     return MixtureSVIResult(
         weights=weights, means=means, covariances=cov, log_likelihood=-values["L_stocha"],
-        log_prior=float(log_prior), loss_trace=losses, labels=labels, num_components=k,
+        log_prior=float(log_prior), trace=MixtureSVITrace(losses), labels=labels, num_components=k,
         num_steps=num_steps, converged=converged, covariance=covariance)
 
 

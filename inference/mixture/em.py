@@ -55,7 +55,7 @@ d + 1 for full covariances, where fewer points make Sigma_y singular; 2
 otherwise), or the smallest eigenvalue of its covariance falls below
 ``variance_threshold`` times the data's mean variance (collapse onto a point
 or a subspace), or its weight reaches zero; its weight becomes 0 and it takes
-no further part. The result's ``num_components_trace`` records the surviving
+no further part. The result's ``trace.num_components`` records the surviving
 count per iteration. Started large, this literal rule rarely removes a
 redundant component (it keeps its points and stays non-singular);
 ``weight_rule="mml"`` is a named variant that does (see :func:`fit_mixture`
@@ -92,7 +92,7 @@ from inference.mixture.checks import (
 from inference.mixture.criteria import criteria
 from inference.mixture.features import component_log_joint, natural_parameters, quadratic_features
 from inference.mixture.loop import checkpoint_settings, run_em
-from inference.mixture.result import MODES, MixtureResult
+from inference.mixture.result import MODES, MixtureResult, MixtureTrace
 from inference.mixture.seeding import has_distinct_rows
 from inference.mixture.sharded import run_sharded
 from ppl_models.validation import (
@@ -271,8 +271,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],
-        L_NN=values["L_NN"], J=values["J"], objective_trace=traces[0],
-        num_components_trace=traces[1], num_iterations=it, converged=bool(done),
+        L_NN=values["L_NN"], J=values["J"], trace=MixtureTrace(*traces),
+        num_iterations=it, converged=bool(done),
         num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
 

@@ -5,9 +5,31 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import numpy as np
+
+from inference.engine.persistence import register_renamed_fields
 
 #: The three limits of the program that :func:`fit_mixture` implements.
 MODES = ("stochastic", "map", "nearest")
+
+
+class MixtureTrace(NamedTuple):
+    """Per-iteration arrays of a mixture fit, cut at ``num_iterations``."""
+
+    objective: jax.Array
+    num_components: jax.Array
+
+
+def _cut(values, names):
+    """Old fields ``<name>_trace`` (padded or cut) -> ``(array cut at num_iterations, ...)``."""
+    n = int(values["num_iterations"])
+    return tuple(np.asarray(values.pop(f"{name}_trace"))[:n] for name in names)
+
+
+def _old_mixture_result(values):
+    """A MixtureResult saved with ``objective_trace``/``num_components_trace``."""
+    values["trace"] = MixtureTrace(*_cut(values, ("objective", "num_components")))
+    return values
 
 
 class MixtureResult(NamedTuple):
@@ -25,11 +47,11 @@ class MixtureResult(NamedTuple):
         Most probable surviving component of every example (index into the arrays above).
     L_stocha, L_map, L_NN, J : float
         The criteria at the final parameters (module docstring).
-    objective_trace : array (num_iterations,)
-        The objective each iteration lowers: L_stocha (``"stochastic"``), the hard
-        free energy (``"map"``) or E_MSE (``"nearest"``), before each update.
-    num_components_trace : int array (num_iterations,)
-        Surviving components after each iteration's pruning.
+    trace : MixtureTrace
+        Per-iteration arrays (num_iterations,): ``objective``, the objective each
+        iteration lowers: L_stocha (``"stochastic"``), the hard free energy
+        (``"map"``) or E_MSE (``"nearest"``), before each update; ``num_components``,
+        the surviving components after each iteration's pruning.
     num_iterations : int
     converged : bool
     num_start : int
@@ -49,8 +71,7 @@ class MixtureResult(NamedTuple):
     L_map: float
     L_NN: float
     J: float
-    objective_trace: jax.Array
-    num_components_trace: jax.Array
+    trace: MixtureTrace
     num_iterations: int
     converged: bool
     num_start: int
@@ -59,3 +80,6 @@ class MixtureResult(NamedTuple):
     collapsed: tuple = ()
 
 
+register_renamed_fields(MixtureResult, {"objective_trace": "objective_trace",
+                                        "num_components_trace": "num_components_trace"},
+                        convert=_old_mixture_result)

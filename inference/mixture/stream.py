@@ -55,7 +55,7 @@ from inference.engine.streaming import Pass, batches, merge_moments
 from inference.mixture.checks import check_end, check_options, check_reg_covar, initial_state
 from inference.mixture.features import feature_width, kind_of, quadratic_features
 from inference.mixture.mstep import finish_m_step, moment_form
-from inference.mixture.result import MixtureResult
+from inference.mixture.result import MixtureResult, MixtureTrace
 from inference.mixture.sweep import (
     EMState,
     block_responsibilities,
@@ -416,8 +416,8 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         L_stocha=values["L_stocha"], L_map=values["L_map"], L_NN=values["L_NN"], J=values["J"],
         # Converted on the host: a list of a new length through jnp.asarray would compile
         # a conversion for every number of iterations.
-        objective_trace=host.array(objective_trace, dtype),
-        num_components_trace=host.array(count_trace, np.int32),
+        trace=MixtureTrace(host.array(objective_trace, dtype),
+                           host.array(count_trace, np.int32)),
         num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))

@@ -80,6 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference.engine import host
+from inference.engine.persistence import register_renamed_fields
 from inference.mixture.vb_maths import (
     COVARIANCES,
     VBMixtureInfo,
@@ -103,8 +104,17 @@ from ppl_models.validation import (
 )
 from ppl_models.vb_mixture import VBPrior, prior_from_data
 
-__all__ = ["COVARIANCES", "VBMixtureState", "VBMixtureInfo", "VBMixtureResult", "init", "step",
+__all__ = ["COVARIANCES", "VBMixtureState", "VBMixtureInfo", "VBMixtureResult", "VBMixtureTrace",
+           "init", "step",
            "bound", "fit_vb_mixture"]
+
+
+class VBMixtureTrace(NamedTuple):
+    """Per-iteration arrays of :func:`fit_vb_mixture`, cut at ``num_iterations``."""
+
+    objective: jax.Array
+    num_components: jax.Array
+    pruned_count: jax.Array
 
 
 class VBMixtureResult(NamedTuple):
@@ -138,12 +148,11 @@ class VBMixtureResult(NamedTuple):
         Starting slots of the survivors.
     bound : float
         L(Q) at the result.
-    bound_trace : array (num_iterations,)
-        L(Q) after every iteration (non-decreasing up to pruning; module docstring).
-    num_components_trace : int array (num_iterations,)
-        Active components after every iteration.
-    pruned_count_trace : array (num_iterations,)
-        Expected count N alpha_j removed by pruning at every iteration.
+    trace : VBMixtureTrace
+        Per-iteration arrays (num_iterations,): ``objective``, L(Q) after every
+        iteration (non-decreasing up to pruning; module docstring);
+        ``num_components``, the active components after every iteration;
+        ``pruned_count``, the expected count N alpha_j removed by pruning.
     num_iterations : int
     converged : bool
         The per-example bound change fell below ``tol`` with nothing pruned.
@@ -170,15 +179,26 @@ class VBMixtureResult(NamedTuple):
     num_start: int
     component_index: jax.Array
     bound: float
-    bound_trace: jax.Array
-    num_components_trace: jax.Array
-    pruned_count_trace: jax.Array
+    trace: VBMixtureTrace
     num_iterations: int
     converged: bool
     monotone: bool
     prior: VBPrior
     covariance: str
 
+
+
+def _old_vb_mixture_result(values):
+    """A VBMixtureResult saved with ``bound_trace``, ``num_components_trace`` and
+    ``pruned_count_trace``: one :class:`VBMixtureTrace` cut at ``num_iterations``."""
+    n = int(values["num_iterations"])
+    values["trace"] = VBMixtureTrace(*(np.asarray(values.pop(name))[:n] for name in (
+        "bound_trace", "num_components_trace", "pruned_count_trace")))
+    return values
+
+
+register_renamed_fields(VBMixtureResult, {"bound_trace": "bound_trace"},
+                        convert=_old_vb_mixture_result)
 
 def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
@@ -317,6 +337,6 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         labels=host.array(np.argmax(np.asarray(resp), axis=1), np.int32),
         num_components=int(keep.size),
         num_start=max_components, component_index=host.array(keep),
-        bound=float(state.bound), bound_trace=bounds, num_components_trace=counts,
-        pruned_count_trace=pruned, num_iterations=num_iterations, converged=converged,
+        bound=float(state.bound), trace=VBMixtureTrace(bounds, counts, pruned),
+        num_iterations=num_iterations, converged=converged,
         monotone=monotone, prior=prior, covariance=covariance)
