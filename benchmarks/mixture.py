@@ -41,7 +41,7 @@ its own column; then ``--repeats`` warm calls, interleaved across peers so
 that machine noise hits them alike, median and [min-max]. Ours is timed
 twice: the public ``fit_mixture`` (input validation including a
 ``np.unique`` over a prefix of the rows, then the jitted loop) and its
-jitted core ``inference.mixture.em._run`` alone (the EM loop followed by the
+jitted core ``inference.mixture.loop.run_em`` alone (the EM loop followed by the
 criteria L_stocha, L_map, L_NN, J and the labels at the final parameters,
 which reuse the loop's features in the same call; the counterpart of gmmx's
 ``EMFitter.fit``, which computes no criteria). Goals are judged on the
@@ -142,7 +142,9 @@ from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import fit_mixture  # noqa: E402
 from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mixture import em as mixture_fit  # noqa: E402
-from inference.mixture.em import _advance_single, _project, _run, _State  # noqa: E402
+from inference.mixture.features import project  # noqa: E402
+from inference.mixture.loop import _advance_single, run_em  # noqa: E402
+from inference.mixture.sweep import EMState  # noqa: E402
 from ppl_models import mixture  # noqa: E402
 
 #: Goals of the issue: EM >= 10x scikit-learn and > 1x gmmx; k-means within 1.5x of sklearn.
@@ -373,7 +375,7 @@ def make_problem(args):
 
 
 def _core_call(x, k, start, *, mode, iterations):
-    """The jitted EM loop ``_run`` with exactly the arguments ``fit_mixture`` passes it."""
+    """The jitted EM loop ``run_em`` with exactly the arguments ``fit_mixture`` passes it."""
     dim = x.shape[1]
     spread = float(jnp.mean(jnp.var(x, axis=0)))
     covariance = "spherical" if mode == "nearest" else "full"
@@ -383,14 +385,14 @@ def _core_call(x, k, start, *, mode, iterations):
     else:
         weights = jnp.asarray(start["weights"], x.dtype)
         cov = jnp.asarray(start["covariances"], x.dtype)
-    state = _State(weights / jnp.sum(weights), jnp.asarray(start["means"], x.dtype),
-                   _project(cov, covariance), jnp.ones(k, bool))
+    state = EMState(weights / jnp.sum(weights), jnp.asarray(start["means"], x.dtype),
+                   project(cov, covariance), jnp.ones(k, bool))
     # fit_mixture pads small k with inactive components up to a compiled size, where
-    # the version at hand does (``_pad``); the same here, so the work is the same.
-    state = getattr(mixture_fit, "_pad", lambda s: s)(state)
+    # the version at hand does (``pad``); the same here, so the work is the same.
+    state = getattr(mixture_fit, "pad", lambda s: s)(state)
 
     def call():
-        return _run(x, state, 0.0, REG_COVAR, dim + 1, 1e-6 * spread, 0.0, mode=mode,
+        return run_em(x, state, 0.0, REG_COVAR, dim + 1, 1e-6 * spread, 0.0, mode=mode,
                     covariance=covariance, max_iterations=iterations, prune=False)
 
     return call
@@ -692,7 +694,7 @@ def main(argv=None) -> dict:
     print(f"Mixtures, N {args.num_examples}, d {args.dim}, k {args.num_components}, "
           f"{args.iterations} iterations, same data and start. Seconds per fit; 1st = first "
           "call (JAX: incl. compile);")
-    print("ours = fit_mixture (public), core = its jitted EM loop and criteria _run; "
+    print("ours = fit_mixture (public), core = its jitted EM loop and criteria run_em; "
           "ratio = peer/ours, core = peer/core; iters = ours/peer;")
     print("quality = mean log-likelihood per example (EM, higher is better) or inertia per "
           "example (k-means, lower), float64;")

@@ -6,11 +6,11 @@ must be set before JAX starts), on the same data and parameters:
 
 * mixture (``inference.mixture.em``, full covariances): one iteration's E-step
   and M-step statistics, i.e. the natural parameters read from the program
-  (``_log_joint_eta``) and one ``_sweep`` over the blocked quadratic features
+  (``log_joint_eta``) and one ``sweep`` over the blocked quadratic features
   (responsibilities, objective, R^T t(x)). ``plain``: exactly that, jitted, on
-  one device, features from ``_block_features``. ``sharded``: the body of
-  ``inference.mixture.sharded._run_sharded`` -- every device sweeps its rows
-  (``_block_features``, padded and masked), then ``psum`` of the statistics and
+  one device, features from ``block_features``. ``sharded``: the body of
+  ``inference.mixture.sharded.run_sharded`` -- every device sweeps its rows
+  (``block_features``, padded and masked), then ``psum`` of the statistics and
   the objective -- under ``shard_map`` on a mesh of n devices;
 * MCVQ (``inference.mcvq.em``): one iteration, ``_step`` (g-step, M-step, E-step,
   statistics and free energy; its sums over examples are the two matrix
@@ -104,6 +104,7 @@ def _mixture_case(size, mesh):
         shard_examples,
     )
     from inference.mixture import em as mx
+    from inference.mixture import sweep as mx_sweep
     from ppl_models import mixture
 
     num, dim, k = size["num"], size["dim"], size["k"]
@@ -114,33 +115,33 @@ def _mixture_case(size, mesh):
     # can hang on 2 cores (see the README's note on simulated devices).
     fit = mx.fit_mixture(x[:20_000], k, rng_key=jax.random.key(1), max_iterations=3,
                          prune=False, tol=0.0, devices=1)
-    state = mx._State(*(np.asarray(a) for a in (fit.weights, fit.means, fit.covariances)),
+    state = mx_sweep.EMState(*(np.asarray(a) for a in (fit.weights, fit.means, fit.covariances)),
                       np.ones(k, bool))  # host arrays: placed on the mesh by each call
     mode, covariance = "stochastic", "full"
 
-    features = jax.jit(lambda x: mx._block_features(x, "full"))(x)
+    features = jax.jit(lambda x: mx_sweep.block_features(x, "full"))(x)
 
     @jax.jit
     def plain(x, features, state):
-        eta = mx._log_joint_eta(x, state, mode, covariance, features.shift)
-        stats, objective, _ = mx._sweep(features, eta, state.active, mode, x.shape[0])
+        eta = mx_sweep.log_joint_eta(x, state, mode, covariance, features.shift)
+        stats, objective, _ = mx_sweep.sweep(features, eta, state.active, mode, x.shape[0])
         return stats, objective
 
     axis = mesh_axis(mesh)
     padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
 
     def shard_features(x, valid, shift):
-        return mx._block_features(x, "full", shift, valid)
+        return mx_sweep.block_features(x, "full", shift, valid)
 
-    split = mx._Features(P(), P(axis), P(axis))
+    split = mx_sweep._Features(P(), P(axis), P(axis))
     sharded_features = jax.jit(map_shards(shard_features, mesh, 2, split))(
         padded, valid, features.shift)
 
     def per_shard(x, blocks, block_valid, shift, state):
-        feats = mx._Features(shift, blocks, block_valid)
+        feats = mx_sweep._Features(shift, blocks, block_valid)
         rows = x.shape[0]
-        eta = mx._log_joint_eta(x, state, mode, covariance, shift)
-        stats, objective, _ = mx._sweep(feats, eta, state.active, mode, rows)
+        eta = mx_sweep.log_joint_eta(x, state, mode, covariance, shift)
+        stats, objective, _ = mx_sweep.sweep(feats, eta, state.active, mode, rows)
         return psum(stats, axis), psum(objective * rows, axis) / num
 
     sharded = jax.jit(map_shards(per_shard, mesh, 3, (P(), P())))
@@ -284,7 +285,7 @@ def main(argv=None) -> dict:
     print(f"Sharded vs plain, one iteration, warm, median [min-max] of {args.repeats} calls "
           f"(mcvq {5 * args.repeats}); "
           f"jax {jax.__version__}, {os.cpu_count()} CPU core(s)")
-    print(f"mixture: E-step + statistics (_log_joint_eta + _sweep), N {sizes['mixture']['num']},"
+    print(f"mixture: E-step + statistics (log_joint_eta + sweep), N {sizes['mixture']['num']},"
           f" d {sizes['mixture']['dim']}, k {sizes['mixture']['k']}, full covariances, float32")
     print(f"mcvq: _step, N {sizes['mcvq']['num']}, D {sizes['mcvq']['dim']}, "
           f"K {sizes['mcvq']['num_vqs']}, J {sizes['mcvq']['num_states']}, float32")

@@ -123,7 +123,7 @@ def estimates(data, key, candidates, num_start, num_restarts, seed, vb_bound=Tru
         fit = fit_mixture(data.x, num_start, mode=mode, init="random", prune=True,
                           weight_rule=rule, rng_key=k, max_iterations=MAX_ITERATIONS)
         found[name], seconds[name] = fit.num_components, time.perf_counter() - start
-        traces[name] = np.asarray(fit.num_components_trace)
+        traces[name] = np.asarray(fit.trace.num_components)
     start = time.perf_counter()
     rpcl = fit_online(data.x, num_start, method="rpcl", rng_key=keys[4], num_passes=20)
     found["RPCL"], seconds["RPCL"] = rpcl.num_components, time.perf_counter() - start
@@ -135,7 +135,7 @@ def estimates(data, key, candidates, num_start, num_restarts, seed, vb_bound=Tru
     vb = fit_vb_mixture(data.x, num_start, rng_key=vb_keys[0],
                         prune_threshold=VB_PRUNE_THRESHOLD, max_iterations=MAX_ITERATIONS)
     found["VB, pruning"], seconds["VB, pruning"] = vb.num_components, time.perf_counter() - start
-    traces["VB, pruning"] = np.asarray(vb.num_components_trace)
+    traces["VB, pruning"] = np.asarray(vb.trace.num_components)
     if vb_bound:
         start = time.perf_counter()
         found["VB bound over k"] = _vb_bound_choice(data.x, candidates, vb_keys[1],

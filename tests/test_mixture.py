@@ -12,7 +12,7 @@ from numpyro.infer.util import log_density
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
-from inference.mixture import em as mixture_fit
+from inference.mixture import features as mixture_features
 from inference.mixture.em import component_log_joint, criteria, fit_mixture
 from inference.mixture.selection import compare_criteria, num_parameters, select_num_components
 from inference.program.handlers import noiseless
@@ -77,7 +77,7 @@ def test_criteria_order_along_the_papers_chain_and_objectives_never_increase(dat
     # At one set of parameters the three criteria order the same way.
     assert soft.L_stocha <= soft.L_map <= soft.L_NN
     for result in (nn, hard, soft):
-        trace = np.asarray(result.objective_trace)
+        trace = np.asarray(result.trace.objective)
         assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[:-1])), result.mode
 
 
@@ -114,16 +114,16 @@ def test_gemm_log_joint_equals_the_programs_log_density(covariance, limit):
         a = rng.normal(size=(4, 3, 3))
         cov = jnp.asarray(a @ a.transpose(0, 2, 1) + 0.5 * np.eye(3))
         if covariance != "full":
-            cov = jnp.asarray(mixture_fit._project(cov, covariance))
+            cov = jnp.asarray(mixture_features.project(cov, covariance))
         program_cov = "spherical" if limit else covariance
-        kwargs = dict(mixture_fit._program_kwargs(weights, means, cov, program_cov),
+        kwargs = dict(mixture_features._program_kwargs(weights, means, cov, program_cov),
                       covariance=program_cov)
         model = noiseless(mx.model) if limit else mx.model
         table = np.asarray(component_log_joint(x, weights, means, cov, covariance=program_cov,
                                                limit=limit))
-        trace = mixture_fit._trace_components(x, weights, means, cov, program_cov, None,
+        trace = mixture_features.trace_components(x, weights, means, cov, program_cov, None,
                                               limit)
-        family = mixture_fit._base_density(trace["x"]["fn"], 4)[0]  # the GEMM path is taken
+        family = mixture_features._base_density(trace["x"]["fn"], 4)[0]  # the GEMM path is taken
         assert family == ("noiseless" if limit else covariance)
         expected = np.array([[float(log_density(model, (x[i:i + 1],), kwargs,
                                                 {"y": jnp.asarray([j])})[0])
@@ -195,7 +195,7 @@ def test_collapsing_components_are_pruned_mid_run():
     result = fit_mixture(x, 3, mode="map", init_means=start, init_covariances=np.stack(
         [np.eye(2)] * 3))
     assert result.num_components == 2  # fewer points than d + 1: singular, discarded
-    counts = np.asarray(result.num_components_trace)
+    counts = np.asarray(result.trace.num_components)
     assert counts[0] == 2 and np.all(np.diff(counts) <= 0)
     with pytest.warns(ConvergenceWarning, match="collapsed"):
         kept = fit_mixture(x, 3, mode="map", init_means=start, prune=False,
@@ -322,7 +322,7 @@ def test_mml_weight_rule_prunes_redundant_components_the_literal_rule_keeps():
     mml = fit_mixture(d.x, 12, mode="stochastic", weight_rule="mml", **kwargs)
     assert literal.num_components >= 10
     assert 4 <= mml.num_components <= literal.num_components - 3
-    trace = np.asarray(mml.num_components_trace)
+    trace = np.asarray(mml.trace.num_components)
     assert trace[0] <= 12 and trace[-1] == mml.num_components and np.all(np.diff(trace) <= 0)
     assert np.all(np.asarray(mml.weights) > 0)
     assert mml.weights.shape == (mml.num_components,)
@@ -353,7 +353,8 @@ def test_kmeans_needs_no_d_plus_one_points_and_pruning_everything_is_an_error():
 def test_moment_form_is_distrusted_where_it_is_indefinite_though_no_diagonal_cancels():
     """The full moment form E[z z^T] - mu mu^T can be indefinite with every diagonal
     ratio E[z_i^2] / Var_i small (here 10): the M-step must then recompute the scatter."""
-    from inference.mixture.em import _moment_form, _State
+    from inference.mixture.mstep import moment_form
+    from inference.mixture.sweep import EMState
 
     mean = np.array([3.0, 3.0])
 
@@ -362,13 +363,13 @@ def test_moment_form_is_distrusted_where_it_is_indefinite_though_no_diagonal_can
         upper = second[np.triu_indices(2)]
         return jnp.asarray(np.concatenate([upper, mean, [1.0]])[None, :], jnp.float32)
 
-    state = _State(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None], jnp.ones(1, bool))
+    state = EMState(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None], jnp.ones(1, bool))
     shift = jnp.zeros(2)
     indefinite = np.array([[1.0, 1.0], [1.0, 1.0 - 1e-3]])  # eigenvalues 2.0, -5e-4
     healthy = np.array([[1.0, 0.5], [0.5, 1.0]])
-    parts = _moment_form(stats_for(indefinite), state, shift, mode="stochastic",
+    parts = moment_form(stats_for(indefinite), state, shift, mode="stochastic",
                          covariance="full")
     assert np.linalg.eigvalsh(np.asarray(parts["cov"][0], np.float64))[0] < 0
     assert bool(parts["cancels"])
-    assert not bool(_moment_form(stats_for(healthy), state, shift, mode="stochastic",
+    assert not bool(moment_form(stats_for(healthy), state, shift, mode="stochastic",
                                  covariance="full")["cancels"])

@@ -62,7 +62,7 @@ def test_svi_from_em_start_with_weak_prior_stays_at_em_optimum(planted, em):
     svi = fit_mixture_svi(x, K, rng_key=FIT_KEY, num_steps=SVI_STEPS, prior_scale=1000.0,
                           init_means=em.means, init_weights=em.weights,
                           init_covariances=em.covariances)
-    assert svi.converged and svi.loss_trace.shape == (SVI_STEPS,)
+    assert svi.converged and svi.trace.objective.shape == (SVI_STEPS,)
     # EM is the maximum-likelihood optimum, SVI the MAP one: SVI cannot beat EM's
     # log-likelihood (beyond float32 rounding, ~1e-6 at 4 nats) ...
     assert svi.log_likelihood <= -em.L_stocha + 1e-5
@@ -72,7 +72,7 @@ def test_svi_from_em_start_with_weak_prior_stays_at_em_optimum(planted, em):
     assert svi.log_likelihood >= -em.L_stocha - 1e-3
     # The loss is -log p(x, theta) / N exactly (y summed out, a point-mass guide):
     # NumPyro's TraceEnum_ELBO agrees with criteria's L_stocha plus the program's prior.
-    assert float(svi.loss_trace[-1]) == pytest.approx(
+    assert float(svi.trace.objective[-1]) == pytest.approx(
         -(svi.log_likelihood + svi.log_prior / NUM), rel=1e-5)
 
 
@@ -82,7 +82,7 @@ def test_svi_from_kmeans_start_reaches_em_and_covariances_are_valid(planted, em)
     assert svi.converged
     # From the start the log-likelihood rises by over 1 nat per example (EM's first
     # objective is L_stocha at that same start) to within 1e-3 of EM's optimum.
-    start = -float(em.objective_trace[0])
+    start = -float(em.trace.objective[0])
     assert svi.log_likelihood > start + 1.0
     assert abs(svi.log_likelihood - (-em.L_stocha)) < 1e-3
     assert svi.log_likelihood == pytest.approx(
@@ -101,7 +101,7 @@ def test_svi_from_kmeans_start_reaches_em_and_covariances_are_valid(planted, em)
 def test_svi_still_moving_warns_and_flags(planted):
     _, x, _ = planted
     with pytest.warns(ConvergenceWarning, match="raise num_steps"):
-        svi = fit_mixture_svi(x, K, rng_key=FIT_KEY, num_steps=SVI_STEPS, step_size=1e-4)
+        svi = fit_mixture_svi(x, K, rng_key=FIT_KEY, num_steps=SVI_STEPS, learning_rate=1e-4)
     assert not svi.converged
 
 
@@ -221,7 +221,7 @@ def _mcmc(x, **kwargs):
     (lambda x: _svi(x, rng_key=None), ValueError, "rng_key"),
     (lambda x: _svi(x, covariance="tied"), ValueError, "covariance must be one of"),
     (lambda x: _svi(x, num_steps=0), ValueError, "num_steps"),
-    (lambda x: _svi(x, step_size=-0.1), ValueError, "step_size"),
+    (lambda x: _svi(x, learning_rate=-0.1), ValueError, "learning_rate"),
     (lambda x: _svi(x, prior_scale=0.0), ValueError, "prior_scale"),
     (lambda x: _svi(x, prior_scale="wide"), TypeError, "prior_scale"),
     (lambda x: _svi(x, init_means=np.zeros((2, DIM))), ValueError, "init_means"),

@@ -15,7 +15,8 @@ from inference.engine.streaming import BatchSource, is_stream
 from inference.mixture import stream as streaming
 from inference.mixture.em import fit_mixture
 from inference.mixture.online import fit_online, init, stream_order
-from inference.mixture.stream import fit_mixture_stream, fit_online_stream
+from inference.mixture.online_stream import fit_online_stream
+from inference.mixture.stream import fit_mixture_stream
 from ppl_models import mixture as mx
 from ppl_models.diagnostics import ConvergenceWarning
 
@@ -41,10 +42,10 @@ def _assert_same_fit(ours, ref, tol=1e-9, value_tol=1e-9):
         np.testing.assert_allclose(np.asarray(getattr(ours, name)),
                                    np.asarray(getattr(ref, name)), rtol=tol, atol=tol,
                                    err_msg=name)
-    np.testing.assert_allclose(np.asarray(ours.objective_trace),
-                               np.asarray(ref.objective_trace), rtol=value_tol)
-    np.testing.assert_array_equal(np.asarray(ours.num_components_trace),
-                                  np.asarray(ref.num_components_trace))
+    np.testing.assert_allclose(np.asarray(ours.trace.objective),
+                               np.asarray(ref.trace.objective), rtol=value_tol)
+    np.testing.assert_array_equal(np.asarray(ours.trace.num_components),
+                                  np.asarray(ref.trace.num_components))
     for name in ("L_stocha", "L_map", "L_NN", "J"):
         assert getattr(ours, name) == pytest.approx(getattr(ref, name), rel=value_tol), name
     if ours.labels is not None:

@@ -154,7 +154,7 @@ def test_prunes_to_the_planted_number_of_components():
         fit = fit_vb_mixture(data.x, 10, rng_key=jax.random.key(1000 + seed))
         outcome.append(fit.num_components)
         assert fit.converged and fit.monotone
-        trace = np.asarray(fit.num_components_trace)
+        trace = np.asarray(fit.trace.num_components)
         assert trace.shape == (fit.num_iterations,) and np.all(np.diff(trace) <= 0)
         assert trace[-1] == fit.num_components and trace[0] <= 10
         assert fit.weights.shape == (fit.num_components,)
@@ -180,16 +180,16 @@ def test_stopping_early_warns_and_flags(planted):
     with pytest.warns(ConvergenceWarning, match="not converged"):
         fit = fit_vb_mixture(planted.x, 5, rng_key=jax.random.key(0), max_iterations=2)
     assert not fit.converged and fit.num_iterations == 2
-    assert fit.bound_trace.shape == (2,) and fit.num_components_trace.shape == (2,)
+    assert fit.trace.objective.shape == (2,) and fit.trace.num_components.shape == (2,)
 
 
 def test_bound_is_monotone_and_pruning_explains_any_drop(fit64):
     _, fit = fit64
     assert fit.converged and fit.monotone and fit.num_components == 3
-    bounds = np.asarray(fit.bound_trace)
-    pruned = np.asarray(fit.pruned_count_trace)
+    bounds = np.asarray(fit.trace.objective)
+    pruned = np.asarray(fit.trace.pruned_count)
     change = np.diff(bounds)
-    assert np.asarray(fit.num_components_trace)[0] > fit.num_components  # pruning happened
+    assert np.asarray(fit.trace.num_components)[0] > fit.num_components  # pruning happened
     # Exact coordinate ascent: no decrease beyond float64 rounding (1e-10 relative), except
     # at a pruning step, where at most n / (1 - n) for the pruned expected count n.
     allowance = pruned[1:] / (1.0 - pruned[1:]) + 1e-10 * np.abs(bounds[1:])

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 
 from inference.mcvq import core, vb
-from inference.mixture.em import _kmeans_plus_plus
+from inference.mixture.seeding import kmeans_plus_plus
 
 __all__ = ["kmeans_states", "propose", "search"]
 
@@ -86,7 +86,7 @@ def kmeans_states(rng_key, x, weights, num_states: int):
         count = jnp.sum(one_hot, axis=0)[:, None]
         return jnp.where(count > 0, (one_hot.T @ xs) / jnp.maximum(count, 1.0), centres)
 
-    centres = _kmeans_plus_plus(rng_key, xs, num_states)
+    centres = kmeans_plus_plus(rng_key, xs, num_states)
     return assign(jax.lax.fori_loop(0, _LLOYD_ITERATIONS, lloyd, centres))
 
 

@@ -7,7 +7,7 @@ mixture (``quick``: 200 + 200). Every learner fits the same program
 (:func:`ppl_models.mixture.model`, full covariances) with k components from the
 same start, k-means++ seeded by one key (``fit_mixture`` and the NumPyro
 baselines split a key alike), and is scored alike: the mean log-likelihood
-(1/N) sum_i log p(x_i | theta) = -L_stocha (:func:`inference.mixture.em.criteria`),
+(1/N) sum_i log p(x_i | theta) = -L_stocha (:func:`inference.mixture.criteria.criteria`),
 on the learning data (``train_loglik``) and on the held-out data (the
 ``objective``, higher is better):
 
@@ -41,7 +41,8 @@ from inference.mixture.baselines import (
     fit_mixture_svi,
     posterior_predictive_log_likelihood,
 )
-from inference.mixture.em import criteria, fit_mixture
+from inference.mixture.criteria import criteria
+from inference.mixture.em import fit_mixture
 from ppl_models import mixture
 
 __all__ = ["compare_mixture", "plot_mixture"]

@@ -4,7 +4,7 @@ Seed 002 sec. 6 (``shared/MODELS.md`` 3). Every method is a pure, jittable
 :func:`step` that takes one example x_t of a stream, with :func:`run` (a
 ``lax.scan`` over a stream) and the driver :func:`fit_online` (shuffled passes
 over a data set, traced every ``trace_every`` steps). Posteriors are read from
-the program through :func:`inference.mixture.em.component_log_joint`.
+the program through :func:`inference.mixture.features.component_log_joint`.
 
 Methods (``METHODS``):
 
@@ -108,7 +108,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference.engine import host
-from inference.mixture.em import _kmeans_plus_plus, _project, component_log_joint
+from inference.mixture.online_rules import (
+    CRITERIA,
+    DEFAULT_CRITERION,
+    DELEARNING,
+    METHODS,
+    SCHEDULES,
+    OnlineInfo,
+    OnlineState,
+    assign,
+    init,
+    run,
+    step,
+    stream_order,
+)
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
@@ -122,75 +135,6 @@ from ppl_models.validation import (
 
 __all__ = ["METHODS", "SCHEDULES", "CRITERIA", "DELEARNING", "OnlineState", "OnlineInfo",
            "OnlineResult", "init", "step", "run", "stream_order", "fit_online"]
-
-#: Online methods of :func:`step` (module docstring).
-METHODS = ("adaptive_em", "cl", "fscl", "cl_posterior", "rpcl")
-#: Learning-rate schedules (module docstring).
-SCHEDULES = ("constant", "harmonic", "count")
-#: Winner (and rival) criteria of the competitive methods.
-CRITERIA = ("distance", "frequency", "posterior")
-#: How the rival's rate is set (module docstring).
-DELEARNING = ("constant", "posterior", "local")
-_DEFAULT_CRITERION = {"adaptive_em": "posterior", "cl": "distance", "fscl": "frequency",
-                      "cl_posterior": "posterior", "rpcl": "posterior"}
-
-
-class OnlineState(NamedTuple):
-    """State of an online mixture learner.
-
-    Attributes
-    ----------
-    weights : array (k,)
-        alpha_y = P_M2(y), summing to 1 over active units (0 for pruned ones).
-    means : array (k, d)
-    covariances : array (k, d, d)
-    counts : array (k,)
-        Wins of every unit so far (adaptive EM: the posterior mass absorbed).
-    t : scalar
-        Examples the parameters summarise: ``prior_count`` plus those absorbed.
-    num_steps : int32 scalar
-        Steps taken.
-    active : bool array (k,)
-        False for units pruned by adaptive EM.
-    previous_weights, previous_means, previous_covariances : arrays
-        The kept copy of the parameters (adaptive EM's "second latest values").
-    """
-
-    weights: jax.Array
-    means: jax.Array
-    covariances: jax.Array
-    counts: jax.Array
-    t: jax.Array
-    num_steps: jax.Array
-    active: jax.Array
-    previous_weights: jax.Array
-    previous_means: jax.Array
-    previous_covariances: jax.Array
-
-
-class OnlineInfo(NamedTuple):
-    """Per-step information.
-
-    Attributes
-    ----------
-    winner : int32
-        The winning unit (adaptive EM: the most probable one).
-    rival : int32
-        The rival (``"rpcl"``), else -1.
-    learning_rate, delearning_rate : scalar
-        The winner's and the rival's rates used (adaptive EM: the largest |h / a_y|, 0).
-    log_likelihood : scalar
-        log p(x_t) = logsumexp_y of the program's log joint, before the step.
-    num_active : int32
-        Active units after the step.
-    """
-
-    winner: jax.Array
-    rival: jax.Array
-    learning_rate: jax.Array
-    delearning_rate: jax.Array
-    log_likelihood: jax.Array
-    num_active: jax.Array
 
 
 class OnlineResult(NamedTuple):
@@ -261,225 +205,7 @@ class OnlineResult(NamedTuple):
     covariance: str
 
 
-def init(rng_key, x, num_components: int, *, init_method: str = "kmeans++", means=None,
-         weights=None, covariances=None, covariance: str = "full",
-         prior_count=None) -> OnlineState:
-    """Initial state; jittable (``num_components``, ``init_method``, ``covariance`` static).
-
-    Means: ``means`` if given, else k-means++ seeding (``"kmeans++"``) or random
-    examples plus noise of 1% of the data's spread (``"random"``, sec. 5.2).
-    Weights equal; covariances sigma^2 I with sigma^2 = E_MSE / d, the starting
-    means' mean squared quantisation error per dimension (the optimal sigma^2 of
-    L_NN, eq. 22; floored at 1e-3 of the data's mean variance). Sec. 5.2's
-    (data variance) / k is too broad for a stream when the clusters lie far
-    apart: one unit then covers neighbouring clusters, its weight grows, and
-    with the posterior winner (eq. 28) it keeps them. ``prior_count`` (default k)
-    is t at the start: the pseudo-examples the starting parameters stand for.
-    """
-    k, dim = num_components, x.shape[1]
-    spread = jnp.mean(jnp.var(x, axis=0))
-    if means is None:
-        key_means, key_noise = jax.random.split(rng_key)
-        if init_method == "kmeans++":
-            means = _kmeans_plus_plus(key_means, x, k)
-        else:
-            rows = jax.random.choice(key_means, x.shape[0], (k,), replace=False)
-            means = x[rows] + 0.01 * jnp.sqrt(spread) * jax.random.normal(key_noise, (k, dim))
-    means = jnp.asarray(means, x.dtype)
-    weights = jnp.full(k, 1.0 / k, x.dtype) if weights is None else jnp.asarray(weights, x.dtype)
-    weights = weights / jnp.sum(weights)
-    if covariances is None:  # sigma^2 = E_MSE / d of the starting means (eq. 22's optimum)
-        e_mse = jnp.mean(jnp.min(jnp.sum((x[:, None, :] - means[None]) ** 2, -1), axis=1))
-        variance = jnp.maximum(e_mse / dim, 1e-3 * spread)
-        covariances = jnp.broadcast_to(variance * jnp.eye(dim, dtype=x.dtype), (k, dim, dim))
-    covariances = _project(jnp.asarray(covariances, x.dtype), covariance)
-    t = jnp.asarray(float(k) if prior_count is None else prior_count, x.dtype)
-    return OnlineState(weights, means, covariances, jnp.zeros(k, x.dtype), t,
-                       jnp.asarray(0, jnp.int32), jnp.ones(k, bool), weights, means, covariances)
-
-
-def _log_joint(x, weights, means, covariances, active, covariance, reg_covar):
-    """The program's log joint (N, k), -inf for inactive units."""
-    eye = jnp.eye(means.shape[1], dtype=means.dtype)
-    safe = jnp.where(active, weights, 0.0)
-    safe = safe / jnp.sum(safe)  # exactly on the simplex (the program may validate it)
-    log_joint = component_log_joint(x, safe, means, covariances + reg_covar * eye,
-                                     covariance=covariance)
-    return jnp.where(active, log_joint, -jnp.inf)
-
-
-def _scores(x_t, state, criterion, covariance, reg_covar):
-    """Winner criterion of every unit (lower wins; +inf if inactive), log joint (k,), log p(x_t)."""
-    log_joint = _log_joint(x_t[None], state.weights, state.means, state.covariances,
-                           state.active, covariance, reg_covar)[0]
-    log_px = jax.nn.logsumexp(log_joint)
-    if criterion == "posterior":
-        score = -log_joint
-    else:
-        score = jnp.sum((x_t - state.means) ** 2, axis=1)
-        if criterion == "frequency":
-            score = score * (state.counts + 1.0) / jnp.sum(state.counts + 1.0)
-    return jnp.where(state.active, score, jnp.inf), log_joint, log_px
-
-
-def _adaptive_em(state, x_t, covariance, reg_covar, old_posterior, num_examples, min_weight):
-    log_joint = _log_joint(x_t[None], state.weights, state.means, state.covariances,
-                           state.active, covariance, reg_covar)[0]
-    log_px = jax.nn.logsumexp(log_joint)
-    new_post = jnp.exp(log_joint - log_px)
-    if old_posterior == "previous" and num_examples is not None:
-        replace = state.num_steps >= num_examples
-        old_joint = _log_joint(x_t[None], state.previous_weights, state.previous_means,
-                               state.previous_covariances, state.active, covariance,
-                               reg_covar)[0]
-        old_post = jnp.where(replace, jnp.exp(old_joint - jax.nn.logsumexp(old_joint)), 0.0)
-    else:
-        replace = jnp.asarray(False)
-        old_post = jnp.zeros_like(new_post)
-    h = jnp.where(state.active, (new_post - old_post) / state.t, 0.0)
-    raw = state.weights + h                                    # a_y of eq. 25
-    alive = state.active & (raw / jnp.sum(raw) >= min_weight)
-    denom = jnp.where(alive, raw, 1.0)
-    ratio, gain = state.weights / denom, h / denom
-    means = state.means + gain[:, None] * (x_t - state.means)  # = ratio m + gain x
-    diff = x_t - state.means
-    outer = _project(diff[:, :, None] * diff[:, None, :], covariance)
-    cov = ratio[:, None, None] * state.covariances + gain[:, None, None] * outer
-    cov = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
-    chol = jnp.linalg.cholesky(cov)
-    positive = jnp.all(jnp.isfinite(chol), axis=(1, 2)) & jnp.all(
-        jnp.diagonal(chol, axis1=1, axis2=2) > 0, axis=1)
-    cov = jnp.where(positive[:, None, None], cov, ratio[:, None, None] * state.covariances)
-    weights = jnp.where(alive, raw, 0.0)
-    weights = weights / jnp.sum(weights)
-    keep = alive[:, None]
-    state = state._replace(
-        weights=weights, means=jnp.where(keep, means, state.means),
-        covariances=jnp.where(keep[..., None], cov, state.covariances),
-        counts=state.counts + jnp.where(alive, new_post, 0.0),
-        t=state.t + jnp.where(replace, 0.0, 1.0), num_steps=state.num_steps + 1, active=alive,
-        previous_weights=state.weights, previous_means=state.means,
-        previous_covariances=state.covariances)
-    info = OnlineInfo(jnp.argmax(log_joint).astype(jnp.int32), jnp.asarray(-1, jnp.int32),
-                      jnp.max(jnp.abs(jnp.where(alive, gain, 0.0))), jnp.zeros((), x_t.dtype),
-                      log_px, jnp.sum(alive).astype(jnp.int32))
-    return state, info
-
-
-def step(state: OnlineState, x_t, *, method: str = "rpcl", criterion=None, delearning=None,
-         learning_rate=0.05, delearning_rate=0.02, schedule: str = "constant",
-         covariance: str = "full", old_posterior: str = "zero", num_examples=None,
-         reg_covar=1e-6, min_weight=1e-4):
-    """One online step on the example ``x_t`` (d,); returns (state, :class:`OnlineInfo`).
-
-    Pure and jittable with ``method``, ``criterion``, ``delearning``, ``schedule``,
-    ``covariance``, ``old_posterior`` and ``num_examples`` static. See the module
-    docstring for the methods, criteria, de-learning and schedules. ``criterion``
-    None takes the method's (``"cl"`` distance, ``"fscl"`` frequency, the others
-    posterior); adaptive EM always uses the posterior. ``delearning`` None is
-    ``"local"`` for the posterior criterion, else ``"constant"``. ``num_examples``
-    (adaptive EM with ``old_posterior="previous"``) is the size of the data set
-    the stream cycles over: from that step on examples are revisits.
-    ``reg_covar`` is added to the covariance diagonals when the posterior is
-    evaluated; ``min_weight`` is adaptive EM's pruning threshold on alpha_y.
-    """
-    _choice(method, "method", METHODS)
-    _choice(covariance, "covariance", mixture.COVARIANCES)
-    if method == "adaptive_em":
-        _choice(old_posterior, "old_posterior", ("zero", "previous"))
-        return _adaptive_em(state, x_t, covariance, reg_covar, old_posterior, num_examples,
-                            min_weight)
-    criterion = _DEFAULT_CRITERION[method] if criterion is None else criterion
-    if delearning is None:
-        delearning = "local" if criterion == "posterior" else "constant"
-    _choice(criterion, "criterion", CRITERIA)
-    _choice(delearning, "delearning", DELEARNING)
-    _choice(schedule, "schedule", SCHEDULES)
-    score, log_joint, log_px = _scores(x_t, state, criterion, covariance, reg_covar)
-    k = score.shape[0]
-    c = jnp.argmin(score).astype(jnp.int32)
-    n_c = state.counts[c] + 1.0
-    if schedule == "count":
-        eta, eta_cov = 1.0 / n_c, 1.0 / (n_c + 1.0)
-    else:
-        factor = 1.0 / (1.0 + learning_rate * state.num_steps) if schedule == "harmonic" else 1.0
-        eta = eta_cov = learning_rate * factor
-    diff = x_t - state.means[c]
-    means = state.means.at[c].add(eta * diff)
-    rival, eta_r = jnp.asarray(-1, jnp.int32), jnp.zeros((), x_t.dtype)
-    if method == "rpcl" and k > 1:
-        rival_score = score.at[c].set(jnp.inf)
-        r = jnp.argmin(rival_score).astype(jnp.int32)
-        has_rival = jnp.isfinite(rival_score[r])
-        if schedule == "count":
-            eta_r = delearning_rate / (state.counts[r] + 1.0)
-        else:
-            eta_r = delearning_rate * factor
-        if delearning == "posterior":  # P_new(r|x_t) of eq. "20": the rival's share of c, r
-            eta_r = eta_r * jax.nn.sigmoid(log_joint[r] - log_joint[c])
-        elif delearning == "local":
-            dist = jnp.sum((x_t - state.means[jnp.stack([c, r])]) ** 2, axis=1)
-            var = jnp.trace(state.covariances[c]) / x_t.shape[0]
-            share = 2.0 * jax.nn.sigmoid((dist[0] - dist[1]) / (2.0 * var))
-            eta_r = eta_r * jnp.minimum(1.0, share)
-        eta_r = jnp.where(has_rival, eta_r, 0.0)
-        means = means.at[r].add(-eta_r * (x_t - state.means[r]))
-        rival = jnp.where(has_rival, r, -1).astype(jnp.int32)
-    weights, cov = state.weights, state.covariances
-    if criterion == "posterior":  # eq. 25 with winner-take-all: h(c|x_t) = 1/t
-        weights = (state.t * weights + jax.nn.one_hot(c, k, dtype=weights.dtype)) / (state.t + 1)
-        outer = _project((diff[:, None] * diff[None, :])[None], covariance)[0]
-        cov = cov.at[c].set((1.0 - eta_cov) * cov[c] + eta_cov * outer)
-    state = state._replace(weights=weights, means=means, covariances=cov,
-                           counts=state.counts.at[c].add(1.0), t=state.t + 1.0,
-                           num_steps=state.num_steps + 1)
-    info = OnlineInfo(c, rival, jnp.asarray(eta, x_t.dtype), jnp.asarray(eta_r, x_t.dtype),
-                      log_px, jnp.sum(state.active).astype(jnp.int32))
-    return state, info
-
-
-@functools.partial(jax.jit, static_argnames=("method", "criterion", "delearning", "schedule",
-                                             "covariance", "old_posterior", "num_examples"))
-def run(state: OnlineState, stream, *, method: str = "rpcl", criterion=None, delearning=None,
-        learning_rate=0.05, delearning_rate=0.02, schedule: str = "constant",
-        covariance: str = "full", old_posterior: str = "zero", num_examples=None,
-        reg_covar=1e-6, min_weight=1e-4):
-    """:func:`step` over every row of ``stream`` (T, d) by ``lax.scan``; jitted.
-
-    Returns (final state, :class:`OnlineInfo` with every field stacked to (T,)).
-    """
-    def body(state, x_t):
-        return step(state, x_t, method=method, criterion=criterion, delearning=delearning,
-                    learning_rate=learning_rate, delearning_rate=delearning_rate,
-                    schedule=schedule, covariance=covariance, old_posterior=old_posterior,
-                    num_examples=num_examples, reg_covar=reg_covar, min_weight=min_weight)
-
-    return jax.lax.scan(body, state, stream)
-
-
-def stream_order(rng_key, num_examples: int, num_passes: int):
-    """Indices (num_passes * num_examples,): one random permutation per pass.
-
-    Pass p uses ``jax.random.permutation(jax.random.fold_in(rng_key, p), num_examples)``.
-    """
-    return jnp.concatenate([jax.random.permutation(jax.random.fold_in(rng_key, p), num_examples)
-                            for p in range(num_passes)])
-
-
-def _assign(x, state, by_posterior, covariance, reg_covar, mask):
-    """Hard labels (N,) among the units in ``mask`` and the mixture's log p(x) (N,)."""
-    log_joint = _log_joint(x, state.weights, state.means, state.covariances, state.active,
-                           covariance, reg_covar)
-    log_px = jax.nn.logsumexp(log_joint, axis=1)
-    if by_posterior:
-        labels = jnp.argmax(jnp.where(mask, log_joint, -jnp.inf), axis=1)
-    else:
-        distances = jnp.sum((x[:, None, :] - state.means[None]) ** 2, axis=-1)
-        labels = jnp.argmin(jnp.where(mask, distances, jnp.inf), axis=1)
-    return labels, log_px
-
-
-_init_jit = jax.jit(init, static_argnames=("num_components", "init_method", "covariance"))
+init_jit = jax.jit(init, static_argnames=("num_components", "init_method", "covariance"))
 _stream_jit = jax.jit(lambda key, x, num_passes: x[stream_order(key, x.shape[0], num_passes)],
                       static_argnames=("num_passes",))
 
@@ -503,7 +229,7 @@ def _fit(x, stream, state, min_share, numbers, *, num_chunks, trace_every, by_po
 
     def chunk(state, inputs):
         state, _ = jax.lax.scan(one, state, inputs)
-        labels, log_px = _assign(x, state, by_posterior, opts["covariance"],
+        labels, log_px = assign(x, state, by_posterior, opts["covariance"],
                                  numbers["reg_covar"], state.active)
         e_mse = jnp.mean(jnp.sum((x - state.means[labels]) ** 2, axis=1))
         shares = jnp.bincount(labels, length=state.means.shape[0]) / x.shape[0]
@@ -517,12 +243,12 @@ def _fit(x, stream, state, min_share, numbers, *, num_chunks, trace_every, by_po
 def _summary(x, state, start_means, min_share, reg_covar, *, by_posterior, covariance):
     """Shares, used units, labels among them, distances to the data, finiteness."""
     k = state.means.shape[0]
-    labels, _ = _assign(x, state, by_posterior, covariance, reg_covar, state.active)
+    labels, _ = assign(x, state, by_posterior, covariance, reg_covar, state.active)
     shares = jnp.bincount(labels, length=k) / x.shape[0]
     used = state.active & (shares >= min_share)
     # min_share <= 1/k always leaves one; otherwise keep the unit with the largest share.
     used = jnp.where(jnp.any(used), used, jnp.arange(k) == jnp.argmax(shares))
-    labels, _ = _assign(x, state, by_posterior, covariance, reg_covar, used)
+    labels, _ = assign(x, state, by_posterior, covariance, reg_covar, used)
     distance = jnp.sqrt(jnp.min(jnp.sum((state.means[:, None] - x[None]) ** 2, -1), axis=1))
     finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(a)) for a in
                                 (state.weights, state.means, state.covariances)]))
@@ -531,7 +257,7 @@ def _summary(x, state, start_means, min_share, reg_covar, *, by_posterior, covar
             "finite": finite}
 
 
-def _used_weights(weights, used, keep):
+def used_weights(weights, used, keep):
     """The weights of the used units (indices ``keep``, mask ``used``), renormalised.
 
     Computed on all k units (a fixed shape: nothing is compiled anew when a fit keeps
@@ -544,7 +270,8 @@ def _used_weights(weights, used, keep):
     return host.take(weights / jnp.maximum(total, 1e-30), keep)
 
 
-def _check_rate(value, name, *, lower_open=True, upper=1.0):
+def check_rate(value, name, *, lower_open=True, upper=1.0):
+    """Check a learning rate or fraction: a number in (0, upper] (or [0, upper])."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
         raise TypeError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
     value = float(value)
@@ -555,7 +282,6 @@ def _check_rate(value, name, *, lower_open=True, upper=1.0):
     return value
 
 
-_choice = check_choice  # the shared check (ppl_models.validation)
 
 
 def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
@@ -610,16 +336,16 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     -------
     OnlineResult
     """
-    _choice(method, "method", METHODS)
-    _choice(schedule, "schedule", SCHEDULES)
-    _choice(covariance, "covariance", mixture.COVARIANCES)
-    _choice(old_posterior, "old_posterior", ("zero", "previous"))
-    _choice(init, "init", ("kmeans++", "random"))
-    criterion = _DEFAULT_CRITERION[method] if criterion is None else criterion
-    _choice(criterion, "criterion", CRITERIA)
+    check_choice(method, "method", METHODS)
+    check_choice(schedule, "schedule", SCHEDULES)
+    check_choice(covariance, "covariance", mixture.COVARIANCES)
+    check_choice(old_posterior, "old_posterior", ("zero", "previous"))
+    check_choice(init, "init", ("kmeans++", "random"))
+    criterion = DEFAULT_CRITERION[method] if criterion is None else criterion
+    check_choice(criterion, "criterion", CRITERIA)
     delearning = ("local" if criterion == "posterior" else "constant") if (
         delearning is None) else delearning
-    _choice(delearning, "delearning", DELEARNING)
+    check_choice(delearning, "delearning", DELEARNING)
     if method == "adaptive_em" and criterion != "posterior":
         raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
                          f"got {criterion!r}")
@@ -632,10 +358,10 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     if float(jnp.mean(jnp.var(x, axis=0))) == 0.0:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
     num_passes = check_positive_int(num_passes, "num_passes")
-    learning_rate = _check_rate(learning_rate, "learning_rate")
-    delearning_rate = _check_rate(delearning_rate, "delearning_rate", lower_open=False)
-    min_share = _check_rate(min_share, "min_share", lower_open=False)
-    min_weight = _check_rate(min_weight, "min_weight")
+    learning_rate = check_rate(learning_rate, "learning_rate")
+    delearning_rate = check_rate(delearning_rate, "delearning_rate", lower_open=False)
+    min_share = check_rate(min_share, "min_share", lower_open=False)
+    min_weight = check_rate(min_weight, "min_weight")
     if reg_covar:
         check_positive(reg_covar, "reg_covar")
     if prior_count is not None:
@@ -658,7 +384,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
                ("schedule", schedule))
     numbers = {"learning_rate": learning_rate, "delearning_rate": delearning_rate,
                "reg_covar": float(reg_covar), "min_weight": min_weight}
-    state = _init_jit(key_init, x, k, init_method=init, means=init_means,
+    state = init_jit(key_init, x, k, init_method=init, means=init_means,
                       covariance=covariance, prior_count=prior_count)
     start_means = state.means
     stream = _stream_jit(key_order, x, num_passes=num_passes)
@@ -671,7 +397,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     keep = np.flatnonzero(used)
     remap = np.full(k, -1, np.int32)
     remap[keep] = np.arange(keep.size, dtype=np.int32)
-    weights = _used_weights(state.weights, used, keep)
+    weights = used_weights(state.weights, used, keep)
     nonfinite = not bool(summary["finite"])
     if nonfinite:
         warnings.warn(f"fit_online: non-finite parameters after {method!r}; lower the learning "

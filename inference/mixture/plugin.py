@@ -16,8 +16,9 @@ from inference.mixture.baselines import (
 from inference.mixture.compare import compare_mixture
 from inference.mixture.em import MixtureResult, fit_mixture
 from inference.mixture.online import OnlineResult, fit_online
+from inference.mixture.online_stream import OnlineStreamResult, fit_online_stream
 from inference.mixture.selection import SelectionResult, compare_criteria, select_num_components
-from inference.mixture.stream import OnlineStreamResult, fit_mixture_stream, fit_online_stream
+from inference.mixture.stream import fit_mixture_stream
 from inference.mixture.vb import VBMixtureResult, fit_vb_mixture
 from ppl_models.registry import Family, register_family
 

@@ -20,8 +20,9 @@ import jax
 import numpy as np
 
 from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, fit_mixture_mcmc
-from inference.mixture.em import component_log_joint, fit_mixture
-from inference.mixture.em import criteria as mixture_criteria
+from inference.mixture.criteria import criteria as mixture_criteria
+from inference.mixture.em import fit_mixture
+from inference.mixture.features import component_log_joint
 from inference.mixture.selection import num_parameters as mixture_num_parameters
 from inference.mixture.vb import fit_vb_mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning

@@ -18,7 +18,7 @@ found by a first pass that also counts and checks the rows). Passes made by a
 fit with I iterations: 1 (counts, mean, variance, checks) + I (EM) + 1
 (criteria at the final parameters) + one per iteration whose moment-form
 covariance would cancel (the exact scatter about the new means, as
-``_m_step``'s fallback). The result equals the in-memory fit to float rounding
+``m_step``'s fallback). The result equals the in-memory fit to float rounding
 (the sums are grouped differently, and the shift is the float64 mean where the
 in-memory fit takes ``jnp.mean``); tested in float64 at 1e-9 (objective and
 criteria at 1e-6 where the log-joint itself is ill-conditioned: a tight
@@ -31,7 +31,7 @@ arrays; the quadratic features are built per block of a batch and never for the
 whole batch. A memmap's pages that were read stay mapped (file-backed page
 cache, which the kernel reclaims at will). ``benchmarks/streaming.py`` measures it.
 
-:func:`fit_online_stream` runs an online method of
+:func:`inference.mixture.online_stream.fit_online_stream` runs an online method of
 :mod:`inference.mixture.online` over the batches in one pass, carrying its
 state from batch to batch: the same steps as ``fit_online`` on the
 concatenated stream.
@@ -44,10 +44,7 @@ Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.2, 6.1-6.2 (eq. 25-28)
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import warnings
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,34 +52,31 @@ import numpy as np
 
 from inference.engine import host
 from inference.engine.streaming import Pass, batches, merge_moments
-from inference.mixture import online as mixture_online
-from inference.mixture.em import (
-    MixtureResult,
-    _block_responsibilities,
-    _block_rows,
-    _check_end,
-    _check_options,
-    _check_reg_covar,
-    _feature_width,
-    _finish_m_step,
-    _first_argmax,
-    _initial_state,
-    _kind_of,
-    _log_joint_eta,
-    _moment_form,
-    _State,
-    quadratic_features,
+from inference.mixture.checks import check_end, check_options, check_reg_covar, initial_state
+from inference.mixture.features import feature_width, kind_of, quadratic_features
+from inference.mixture.mstep import finish_m_step, moment_form
+from inference.mixture.result import MixtureResult, MixtureTrace
+from inference.mixture.sweep import (
+    EMState,
+    block_responsibilities,
+    block_rows,
+    first_argmax,
+    log_joint_eta,
 )
-from ppl_models import mixture
-from ppl_models.diagnostics import NumericalWarning
-from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
+from ppl_models.validation import (
+    MissingKeyError,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
 
-__all__ = ["fit_mixture_stream", "OnlineStreamResult", "fit_online_stream"]
+__all__ = ["fit_mixture_stream"]
+
 
 # ---------------------------------------------------------------------------------------
 # Per-batch device functions. Each takes one batch padded to whole blocks of ``block``
 # rows (``_padded``) and scans over its blocks, building the quadratic features of one
-# block at a time (so a batch needs no (rows, p) feature array), as ``_sweep`` does over
+# block at a time (so a batch needs no (rows, p) feature array), as ``sweep`` does over
 # the in-memory fit's blocks.
 
 
@@ -96,14 +90,14 @@ def _blocked(rows, num_valid, block):
 @functools.partial(jax.jit, static_argnames=("mode", "kind", "block"))
 def _batch_statistics(rows, num_valid, eta, active, shift, *, mode, kind, block):
     """E-step and M-step statistics of one batch: ``R^T t(x)`` (k, p) and the summed
-    objective (``inference.mixture.em._sweep`` on the batch, features built per block)."""
+    objective (``inference.mixture.sweep.sweep`` on the batch, features built per block)."""
     k, p = eta.shape
 
     def body(carry, blk):
         stats, total = carry
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
-        resp, labels, value = _block_responsibilities(phi, valid, eta, active, mode,
+        resp, labels, value = block_responsibilities(phi, valid, eta, active, mode,
                                                       one_hot=False)
         if resp is None:  # hard modes: sum the rows of each component
             block_stats = jax.ops.segment_sum(jnp.where(valid[:, None], phi, 0.0), labels, k)
@@ -122,7 +116,7 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
 
     ``"nearest"``: sum_n ||x_n - m_{y_n}||^2 over the batch; else the scatter
     sum_n r_ny (x_n - m_y)(x_n - m_y)^T (k, d, d), or its diagonal (k, d)
-    (``inference.mixture.em._exact_scatter``).
+    (``inference.mixture.sweep.exact_scatter``).
     """
     k, dim = means.shape
 
@@ -130,10 +124,10 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
         if mode == "nearest":
-            labels = _block_responsibilities(phi, valid, eta, active, mode, one_hot=False)[1]
+            labels = block_responsibilities(phi, valid, eta, active, mode, one_hot=False)[1]
             residual = xb - means[labels]
             return total + jnp.sum(jnp.where(valid, jnp.sum(residual * residual, 1), 0.0)), None
-        resp = _block_responsibilities(phi, valid, eta, active, mode)[0]
+        resp = block_responsibilities(phi, valid, eta, active, mode)[0]
         centred = xb[None, :, :] - means[:, None, :]
         if covariance == "full":
             return total + jnp.einsum("nk,kni,knj->kij", resp, centred, centred), None
@@ -148,7 +142,7 @@ def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, cova
 @functools.partial(jax.jit, static_argnames=("kind", "map_is_nearest", "block"))
 def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights, means, shift,
                     *, kind, map_is_nearest, block):
-    """Sums of one batch for the criteria (``inference.mixture.em._block_criteria``).
+    """Sums of one batch for the criteria (``inference.mixture.criteria.block_criteria``).
 
     Returns (sum log p(x), sum [max_y log p(x, y) - log alpha_{label}], sum of squared
     distances to the nearest mean, counts of the MAP labels (k,)), the MAP labels and
@@ -160,13 +154,13 @@ def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights,
         xb, valid = blk
         phi = quadratic_features(xb, kind, shift)[1]
         log_joint = jnp.where(active, phi @ eta_joint.T, -jnp.inf)
-        labels, top = _first_argmax(log_joint)
+        labels, top = first_argmax(log_joint)
         if map_is_nearest:
             nearest = labels
         else:
             spherical = phi if kind == "spherical" else quadratic_features(
                 xb, "spherical", shift)[1]
-            nearest, _ = _first_argmax(jnp.where(active, spherical @ eta_energy.T, -jnp.inf))
+            nearest, _ = first_argmax(jnp.where(active, spherical @ eta_energy.T, -jnp.inf))
         residual = xb - means[nearest]
         sums = (jnp.sum(jnp.where(valid, jax.nn.logsumexp(log_joint, axis=1), 0.0)),
                 jnp.sum(jnp.where(valid, top - log_weights[labels], 0.0)),
@@ -182,17 +176,17 @@ def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights,
 
 @functools.partial(jax.jit, static_argnames=("mode", "covariance"))
 def _eta(state, shift, *, mode, covariance):
-    """The program's natural parameters at ``state`` (``inference.mixture.em._log_joint_eta``)."""
+    """The program's natural parameters at ``state`` (``inference.mixture.sweep.log_joint_eta``)."""
     x1 = jnp.zeros((1, state.means.shape[1]), state.means.dtype)  # the trace needs a shape only
-    return _log_joint_eta(x1, state, mode, covariance, shift)
+    return log_joint_eta(x1, state, mode, covariance, shift)
 
 
 # ---------------------------------------------------------------------------------------
 # The M-step in two halves around the optional exact pass: the halves of
-# ``inference.mixture.em._m_step``, whose fallback reads x in memory.
+# ``inference.mixture.mstep.m_step``, whose fallback reads x in memory.
 
-_moment_form_jit = jax.jit(_moment_form, static_argnames=("mode", "covariance"))
-_finish_m_step_jit = jax.jit(_finish_m_step, static_argnames=("mode", "covariance", "prune"))
+_moment_form_jit = jax.jit(moment_form, static_argnames=("mode", "covariance"))
+_finish_m_step_jit = jax.jit(finish_m_step, static_argnames=("mode", "covariance", "prune"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,13 +202,14 @@ def _first_pass(source, k):
         count, mean, m2 = merge_moments(count, mean, m2, batch)
         if distinct is None or distinct.shape[0] < k:  # at least k distinct rows?
             rows = batch if distinct is None else np.concatenate([distinct, batch])
-            distinct = _distinct_rows(np.asarray(rows), k)
+            distinct = distinct_rows(np.asarray(rows), k)
     return count, mean, m2 / count, first, distinct.shape[0]
 
 
-def _distinct_rows(rows, k):
+def distinct_rows(rows, k):
     """Up to k distinct rows of ``rows``; sorts a prefix first (4 k rows, at least 1024),
-    all rows only when the prefix has fewer than k (``inference.mixture.em._has_distinct_rows``)."""
+    all rows only when the prefix has fewer than k
+    (``inference.mixture.seeding.has_distinct_rows``)."""
     found = np.unique(rows[:max(4 * k, 1024)], axis=0)
     if found.shape[0] < k and rows.shape[0] > max(4 * k, 1024):
         found = np.unique(rows, axis=0)
@@ -273,7 +268,7 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     -------
     MixtureResult
     """
-    _check_options(mode, covariance, weight_rule, prune, init)
+    check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     check_positive(reg_covar, "reg_covar") if reg_covar else None
@@ -316,21 +311,21 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     if spread == 0.0:
         raise ValueError("source has no spread (every example is the same point): nothing "
                          "to fit")
-    _check_reg_covar(reg_covar, spread, "source", stacklevel=4)
+    check_reg_covar(reg_covar, spread, "source", stacklevel=4)
     if mode == "nearest":
         covariance = "spherical"
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
     shift = jnp.asarray(mean, dtype)
     if (init_means is None and init == "kmeans++"
-            and _distinct_rows(np.asarray(first), k).shape[0] < k):
+            and distinct_rows(np.asarray(first), k).shape[0] < k):
         raise ValueError(f"the first batch of source has fewer than num_components={k} "
                          "distinct rows to seed from; pass init_means or larger batches")
-    state, weight_offset = _initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
+    state, weight_offset = initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
                                           covariance, init, rng_key, init_means, init_weights,
                                           init_covariances, weight_rule)
-    kind = _kind_of(covariance)
+    kind = kind_of(covariance)
     passes = Pass(data, dtype, first.shape[0],
-                  block=_block_rows(first.shape[0], _feature_width(kind, dim)))
+                  block=block_rows(first.shape[0], feature_width(kind, dim)))
     block = passes.block
     numbers = (jnp.asarray(reg_covar, dtype), jnp.asarray(min_count, dtype),
                jnp.asarray(variance_threshold * spread, dtype),
@@ -349,7 +344,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         _checked_rows(rows_seen, num, "source", f"EM iteration {it + 1}")
         objective = total / num
         parts = _moment_form_jit(stats, state, shift, mode=mode, covariance=covariance)
-        if bool(parts["cancels"]):  # the exact pass about the new means (_m_step's fallback)
+        if bool(parts["cancels"]):  # the exact pass about the new means (m_step's fallback)
             exact = 0.0
             for rows, count in passes:
                 exact = exact + _batch_exact(rows, count, eta, state.active, shift,
@@ -378,7 +373,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     equal = jnp.where(active, 1.0, 0.0).astype(dtype) / jnp.maximum(jnp.sum(active), 1)
     eye = jnp.broadcast_to(jnp.eye(dim, dtype=dtype), (kp, dim, dim))
     eta_joint = _eta(state, shift, mode="stochastic", covariance=covariance)
-    eta_energy = _eta(_State(equal, state.means, eye, active), shift, mode="nearest",
+    eta_energy = _eta(EMState(equal, state.means, eye, active), shift, mode="nearest",
                       covariance="spherical")
     log_weights = jnp.log(jnp.where(state.weights > 0, state.weights, 1.0))
     sums, labels_parts, rows_seen = None, [], 0
@@ -405,7 +400,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     values = {name: float(value) for name, value in values.items()}
 
     active = np.asarray(active)
-    keep, collapsed = _check_end("fit_mixture_stream", "source", state, active, bool(done), k,
+    keep, collapsed = check_end("fit_mixture_stream", "source", state, active, bool(done), k,
                                  num, dim, mode=mode, prune=prune, min_count=min_count,
                                  variance_threshold=variance_threshold, spread=spread,
                                  reg_covar=reg_covar, max_iterations=max_iterations,
@@ -421,8 +416,8 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         L_stocha=values["L_stocha"], L_map=values["L_map"], L_NN=values["L_NN"], J=values["J"],
         # Converted on the host: a list of a new length through jnp.asarray would compile
         # a conversion for every number of iterations.
-        objective_trace=host.array(objective_trace, dtype),
-        num_components_trace=host.array(count_trace, np.int32),
+        trace=MixtureTrace(host.array(objective_trace, dtype),
+                           host.array(count_trace, np.int32)),
         num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
@@ -432,211 +427,3 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
 # One-pass online learning (inference.mixture.online) over the batches.
 
 
-class OnlineStreamResult(NamedTuple):
-    """Result of :func:`fit_online_stream` (one pass: no statistic needs a second look).
-
-    Attributes
-    ----------
-    weights, means, covariances : arrays (m,), (m, d), (m, d, d)
-        The m used units: active units whose share of the wins over the pass
-        (adaptive EM: of the posterior mass) is at least ``min_share``; weights
-        renormalised. (``fit_online`` uses the shares of a final hard assignment,
-        which needs a second pass.)
-    num_components : int
-        m.
-    used : bool array (k,)
-    shares : array (k,)
-        ``win_counts / num_steps``.
-    all_weights, all_means, all_covariances : arrays (k,), (k, d), (k, d, d)
-        Every starting unit.
-    win_counts : array (k,)
-    active : bool array (k,)
-        False for units adaptive EM pruned.
-    state : mixture_online.OnlineState
-        The final state (resume with :func:`fit_online_stream`'s ``state`` argument).
-    log_likelihood_trace : array (num_batches,)
-        Mean log p(x_t) of every batch's examples, each under the parameters just
-        before its step (the prequential log-likelihood).
-    num_active_trace : int array (num_batches,)
-    num_steps : int
-    nonfinite : bool
-    num_start : int
-    method, criterion, schedule, covariance : str
-    """
-
-    weights: jax.Array
-    means: jax.Array
-    covariances: jax.Array
-    num_components: int
-    used: jax.Array
-    shares: jax.Array
-    all_weights: jax.Array
-    all_means: jax.Array
-    all_covariances: jax.Array
-    win_counts: jax.Array
-    active: jax.Array
-    state: mixture_online.OnlineState
-    log_likelihood_trace: jax.Array
-    num_active_trace: jax.Array
-    num_steps: int
-    nonfinite: bool
-    num_start: int
-    method: str
-    criterion: str
-    schedule: str
-    covariance: str
-
-
-@functools.partial(jax.jit, static_argnames=("options",))
-def _online_batch(state, rows, num_valid, numbers, *, options):
-    """``mixture_online.step`` over the rows of one padded batch (``lax.scan``); padded
-    rows leave the state unchanged (as ``fit_online``'s padding of its last chunk)."""
-    opts = dict(options)
-
-    def one(state, inputs):
-        x_t, ok = inputs
-        new, info = mixture_online.step(state, x_t, **opts, **numbers)
-        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), info.log_likelihood
-
-    valid = jnp.arange(rows.shape[0]) < num_valid
-    state, log_px = jax.lax.scan(one, state, (rows, valid))
-    return state, jnp.sum(jnp.where(valid, log_px, 0.0)) / num_valid
-
-
-def fit_online_stream(source, num_components: int, *, method: str = "rpcl", rng_key=None,
-                      learning_rate: float = 0.05, delearning_rate: float = 0.02,
-                      schedule: str = "constant", criterion=None, delearning=None,
-                      covariance: str = "full", init: str = "kmeans++", init_means=None,
-                      init_covariances=None, prior_count=None, min_share: float = 0.01,
-                      reg_covar: float = 1e-6, min_weight: float = 1e-4, state=None,
-                      batch_size=None) -> OnlineStreamResult:
-    """One pass of an online method (:mod:`inference.mixture.online`) over a batch source.
-
-    The stream is the rows of ``source`` in their order (a stream cannot be
-    shuffled as ``fit_online`` shuffles its data set: shuffle when writing it).
-    The state is carried from batch to batch, so the steps are exactly those of
-    ``mixture_online.run`` over the concatenated rows, and of ``fit_online`` with
-    ``num_passes=1`` when the rows come in its order ``stream_order`` and the
-    start is the same (tested). A one-shot iterator is fine.
-
-    Parameters
-    ----------
-    source : array, np.memmap, callable, iterable or iterator of arrays (:class:`BatchSource`)
-    num_components : int
-        Units k.
-    method, learning_rate, delearning_rate, schedule, criterion, delearning, covariance, \
-prior_count, min_share, reg_covar, min_weight
-        As ``mixture_online.fit_online`` (adaptive EM uses ``old_posterior="zero"``:
-        in one pass every example is new).
-    rng_key : jax.random key
-        ``fit_online``'s: ``split(rng_key)[0]`` draws the initial means; required
-        unless ``init_means`` or ``state`` is given.
-    init : {"kmeans++", "random"}
-        Seeding of the initial means on the **first batch**; the starting
-        covariances are sigma^2 I with sigma^2 from the first batch too
-        (``mixture_online.init``).
-    init_means, init_covariances : arrays (k, d), (k, d, d), optional
-    state : mixture_online.OnlineState, optional
-        Continue from this state (a previous result's ``state``) instead of starting.
-    batch_size : int, optional
-        Rows per batch (:class:`BatchSource`).
-
-    Returns
-    -------
-    OnlineStreamResult
-    """
-    choice = mixture_online._choice
-    rate = mixture_online._check_rate
-    choice(method, "method", mixture_online.METHODS)
-    choice(schedule, "schedule", mixture_online.SCHEDULES)
-    choice(covariance, "covariance", mixture.COVARIANCES)
-    choice(init, "init", ("kmeans++", "random"))
-    criterion = mixture_online._DEFAULT_CRITERION[method] if criterion is None else criterion
-    choice(criterion, "criterion", mixture_online.CRITERIA)
-    delearning = ("local" if criterion == "posterior" else "constant") if (
-        delearning is None) else delearning
-    choice(delearning, "delearning", mixture_online.DELEARNING)
-    if method == "adaptive_em" and criterion != "posterior":
-        raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
-                         f"got {criterion!r}")
-    k = check_positive_int(num_components, "num_components")
-    numbers = {"learning_rate": rate(learning_rate, "learning_rate"),
-               "delearning_rate": rate(delearning_rate, "delearning_rate", lower_open=False),
-               "reg_covar": float(reg_covar), "min_weight": rate(min_weight, "min_weight")}
-    min_share = rate(min_share, "min_share", lower_open=False)
-    if reg_covar:
-        check_positive(reg_covar, "reg_covar")
-    if prior_count is not None:
-        check_positive(prior_count, "prior_count")
-    if state is None and init_means is None and rng_key is None:
-        raise MissingKeyError("rng_key is required unless init_means or state is given")
-    if rng_key is not None:
-        check_rng_key(rng_key)
-    options = (("covariance", covariance), ("criterion", criterion), ("delearning", delearning),
-               ("method", method), ("num_examples", None), ("old_posterior", "zero"),
-               ("schedule", schedule))
-    rows_iter = iter(batches(source, batch_size))
-    first = next(rows_iter)  # the source raises ValueError when it is empty
-    dtype = (jax.dtypes.canonicalize_dtype(first.dtype)
-             if np.issubdtype(first.dtype, np.floating) else jnp.result_type(float))
-    dim = first.shape[1]
-    if state is None:
-        state = _online_start(rng_key, np.asarray(first, dtype), k, init, init_means,
-                              init_covariances, covariance, prior_count)
-    elif state.means.shape != (k, dim):
-        raise ValueError(f"state must have means of shape ({k}, {dim}); got "
-                         f"{state.means.shape}")
-    # Steps are per row: batches are padded to the first batch's rows (block=1).
-    passes = Pass(itertools.chain([first], rows_iter), dtype, first.shape[0], block=1)
-    trace, active_trace = [], []
-    for rows, count in passes:
-        state, mean_log_px = _online_batch(state, rows, count, numbers, options=options)
-        passes.done(mean_log_px)
-        trace.append(mean_log_px)
-        active_trace.append(jnp.sum(state.active))
-    steps = int(state.num_steps)
-    counts = state.counts
-    shares = counts / jnp.maximum(jnp.sum(counts), 1e-30)
-    used = np.asarray(state.active & (shares >= min_share))
-    if not used.any():
-        used = np.arange(k) == int(jnp.argmax(shares))
-    keep = np.flatnonzero(used)
-    nonfinite = not all(bool(jnp.all(jnp.isfinite(a)))
-                        for a in (state.weights, state.means, state.covariances))
-    if nonfinite:
-        warnings.warn(f"fit_online_stream: non-finite parameters after {method!r}; lower the "
-                      "learning rates or raise reg_covar", NumericalWarning, stacklevel=2)
-    weights = mixture_online._used_weights(state.weights, used, keep)
-    return OnlineStreamResult(
-        weights=weights, means=host.take(state.means, keep),
-        covariances=host.take(state.covariances, keep),
-        num_components=int(keep.size), used=host.array(used), shares=shares,
-        all_weights=state.weights, all_means=state.means, all_covariances=state.covariances,
-        win_counts=counts, active=state.active, state=state,
-        log_likelihood_trace=jnp.stack(trace), num_active_trace=jnp.stack(active_trace),
-        num_steps=steps, nonfinite=nonfinite, num_start=k, method=method, criterion=criterion,
-        schedule=schedule, covariance=covariance)
-
-
-def _online_start(rng_key, first, k, init, init_means, init_covariances, covariance,
-                  prior_count):
-    """``mixture_online.init`` on the first batch, with ``fit_online``'s key split."""
-    dim = first.shape[1]
-    if init_means is None:
-        if _distinct_rows(first, k).shape[0] < k:
-            raise ValueError(f"the first batch of source has fewer than num_components={k} "
-                             "distinct rows to seed from; pass init_means or larger batches")
-    else:
-        init_means = jnp.asarray(init_means, first.dtype)
-        if init_means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(init_means))):
-            raise ValueError(f"init_means must be finite with shape ({k}, {dim}); "
-                             f"got shape {init_means.shape}")
-    if init_covariances is not None:
-        init_covariances = jnp.asarray(init_covariances, first.dtype)
-        if init_covariances.shape != (k, dim, dim):
-            raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
-                             f"got {init_covariances.shape}")
-    key_init = jax.random.split(rng_key)[0] if rng_key is not None else jax.random.key(0)
-    return mixture_online._init_jit(key_init, jnp.asarray(first), k, init_method=init,
-                                    means=init_means, covariances=init_covariances,
-                                    covariance=covariance, prior_count=prior_count)

@@ -72,18 +72,27 @@ sec. 10.2 (the bound's terms, eq. 10.64-10.77) and appendix B (Wishart moments).
 
 from __future__ import annotations
 
-import functools
-import math
 import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import digamma, multigammaln
 
 from inference.engine import host
-from inference.mixture.em import _kmeans_plus_plus
+from inference.engine.persistence import register_renamed_fields
+from inference.mixture.vb_maths import (
+    COVARIANCES,
+    VBMixtureInfo,
+    VBMixtureState,
+    bound,
+    check_covariance,
+    chol_inverse,
+    diagonal_prior,
+    init,
+    run_em,
+    step,
+)
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
@@ -95,333 +104,17 @@ from ppl_models.validation import (
 )
 from ppl_models.vb_mixture import VBPrior, prior_from_data
 
-#: Covariance families: full precision matrices (Wishart) or diagonal ones (Gamma).
-COVARIANCES = ("full", "diag")
-
-__all__ = ["COVARIANCES", "VBMixtureState", "VBMixtureInfo", "VBMixtureResult", "init", "step",
+__all__ = ["COVARIANCES", "VBMixtureState", "VBMixtureInfo", "VBMixtureResult", "VBMixtureTrace",
+           "init", "step",
            "bound", "fit_vb_mixture"]
 
 
-class VBMixtureState(NamedTuple):
-    """Fixed-size state of the VB iteration (k = ``max_components`` slots).
+class VBMixtureTrace(NamedTuple):
+    """Per-iteration arrays of :func:`fit_vb_mixture`, cut at ``num_iterations``."""
 
-    Attributes
-    ----------
-    weights : array (k,)
-        alpha, zero for pruned slots.
-    active : bool array (k,)
-        Slots still in the model.
-    mean_mean : array (k, d)
-        mu_j, the mean of Q(m_j).
-    mean_covariance : array (k, d, d)
-        S_j, the covariance of Q(m_j).
-    wishart_dof : array (k,)
-        nu_j of Q(Lambda_j).
-    wishart_scale : array (k, d, d)
-        W_j of Q(Lambda_j) (E[Lambda_j] = nu_j W_j).
-    responsibilities : array (num_examples, k)
-        r_ij = Q(y_i = j), zero for pruned slots.
-    bound : float
-        L(Q) at this state (-inf before the first step).
-    iteration : int
-    all_pruned : bool
-        A step would have pruned every component; it was not applied.
-    """
-
-    weights: jax.Array
-    active: jax.Array
-    mean_mean: jax.Array
-    mean_covariance: jax.Array
-    wishart_dof: jax.Array
-    wishart_scale: jax.Array
-    responsibilities: jax.Array
-    bound: jax.Array
-    iteration: jax.Array
-    all_pruned: jax.Array
-
-
-class VBMixtureInfo(NamedTuple):
-    """What one :func:`step` did.
-
-    Attributes
-    ----------
-    bound : float
-        L(Q) after the step.
-    bound_change : float
-        New minus previous bound.
-    num_components : int
-        Active components after the step.
-    pruned_count : float
-        Sum of the expected counts N alpha_j of the components pruned in the step
-        (bounds the decrease of L that pruning may cause; module docstring).
-    """
-
-    bound: jax.Array
-    bound_change: jax.Array
+    objective: jax.Array
     num_components: jax.Array
     pruned_count: jax.Array
-
-
-def _chol_inverse(matrix):
-    """Inverse of symmetric positive-definite matrices (..., d, d) through Cholesky."""
-    tril = jnp.linalg.cholesky(matrix)
-    eye = jnp.broadcast_to(jnp.eye(matrix.shape[-1], dtype=matrix.dtype), matrix.shape)
-    inv_tril = jax.scipy.linalg.solve_triangular(tril, eye, lower=True)
-    return jnp.swapaxes(inv_tril, -1, -2) @ inv_tril
-
-
-def _log_det(matrix):
-    tril = jnp.linalg.cholesky(matrix)
-    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
-
-
-def _expected_log_det(dof, scale, covariance):
-    """E[log|Lambda|] under Q(Lambda) (PRML eq. 10.65, B.81).
-
-    ``"full"``: Wishart(dof, scale); ``"diag"``: independent Gamma(dof / 2, rate
-    1 / (2 W_dd)) precisions, i.e. one-dimensional Wisharts, on the diagonal.
-    """
-    d = scale.shape[-1]
-    if covariance == "diag":
-        return d * (digamma(dof / 2.0) + math.log(2.0)) + _log_det(scale)
-    i = jnp.arange(1, d + 1, dtype=scale.dtype)
-    return (jnp.sum(digamma((dof[..., None] + 1.0 - i) / 2.0), axis=-1) + d * math.log(2.0)
-            + _log_det(scale))
-
-
-def _diagonal_prior(prior, covariance):
-    """The prior the family uses: for ``"diag"`` only the diagonal of W0^-1."""
-    if covariance == "diag":
-        return prior._replace(covariance=jnp.diag(jnp.diagonal(prior.covariance)))
-    return prior
-
-
-def _check_covariance(covariance):
-    if covariance not in COVARIANCES:
-        raise ValueError(f"covariance must be one of {COVARIANCES}; got {covariance!r}")
-
-
-def _expected_log_gaussian(x, state, covariance):
-    """E_Q[log N(x_i | m_j, Lambda_j)], (num_examples, k) (module docstring)."""
-    d = x.shape[1]
-    diff = x[:, None, :] - state.mean_mean[None]                        # (N, k, d)
-    scale_tril = jnp.linalg.cholesky(state.wishart_scale)              # (k, d, d)
-    quad = jnp.sum(jnp.einsum("kde,nkd->nke", scale_tril, diff) ** 2, axis=-1)
-    trace = jnp.sum(state.wishart_scale * state.mean_covariance, axis=(-2, -1))
-    return 0.5 * (_expected_log_det(state.wishart_dof, state.wishart_scale, covariance)
-                  - d * math.log(2.0 * math.pi) - state.wishart_dof * (quad + trace))
-
-
-def _kl_means(state, prior):
-    """KL(N(mu_j, S_j) || N(m0, beta0^-1 I)) per slot, (k,)."""
-    d = state.mean_mean.shape[1]
-    beta0 = 1.0 / prior.mean_scale ** 2
-    trace = jnp.trace(state.mean_covariance, axis1=-2, axis2=-1)
-    dist2 = jnp.sum((state.mean_mean - prior.mean) ** 2, axis=-1)
-    return 0.5 * (beta0 * (trace + dist2) - d - _log_det(state.mean_covariance)
-                  - d * jnp.log(beta0))
-
-
-def _wishart_kl(nu, log_det_w, nu0, log_det_w0, e_log_det, trace, d):
-    """KL(Wishart(nu, W) || Wishart(nu0, W0)) from log|W|, log|W0|, E[log|Lambda|] and
-    tr(W0^-1 W) (PRML eq. B.78-B.82)."""
-    log_q = (-0.5 * nu * log_det_w - 0.5 * nu * d * math.log(2.0) - multigammaln(0.5 * nu, d)
-             + 0.5 * (nu - d - 1.0) * e_log_det - 0.5 * nu * d)
-    log_p = (-0.5 * nu0 * log_det_w0 - 0.5 * nu0 * d * math.log(2.0)
-             - multigammaln(0.5 * nu0, d) + 0.5 * (nu0 - d - 1.0) * e_log_det
-             - 0.5 * nu * trace)
-    return log_q - log_p
-
-
-def _kl_precisions(state, prior, covariance):
-    """KL(Q(Lambda_j) || p(Lambda_j)) per slot, (k,)."""
-    nu, scale = state.wishart_dof, state.wishart_scale
-    if covariance == "diag":
-        w = jnp.diagonal(scale, axis1=-2, axis2=-1)                      # (k, d)
-        rate0 = jnp.diagonal(prior.covariance)                           # (d,)
-        log_w = jnp.log(w)
-        kl = _wishart_kl(nu[:, None], log_w, prior.dof, -jnp.log(rate0),
-                         digamma(nu[:, None] / 2.0) + math.log(2.0) + log_w, rate0 * w, 1)
-        return jnp.sum(kl, axis=-1)
-    d = scale.shape[-1]
-    return _wishart_kl(nu, _log_det(scale), prior.dof, -_log_det(prior.covariance),
-                       _expected_log_det(nu, scale, covariance),
-                       jnp.sum(prior.covariance * scale, axis=(-2, -1)), d)
-
-
-def _e_step(x, state, prior, covariance):
-    """Responsibilities (N, k) and the bound L at them (log domain)."""
-    log_rho = jnp.log(state.weights) + _expected_log_gaussian(x, state, covariance)
-    log_rho = jnp.where(state.active, log_rho, -jnp.inf)
-    log_norm = jax.nn.logsumexp(log_rho, axis=1, keepdims=True)
-    resp = jnp.exp(log_rho - log_norm)
-    kl = jnp.where(state.active,
-                   _kl_means(state, prior) + _kl_precisions(state, prior, covariance), 0.0)
-    return resp, jnp.sum(log_norm) - jnp.sum(kl)
-
-
-def bound(x, state: VBMixtureState, prior: VBPrior, covariance: str = "full"):
-    """L(Q) for the state's Q(m), Q(Lambda), weights and the optimal Q(y) (module docstring).
-
-    Parameters
-    ----------
-    x : array (num_examples, d)
-    state : VBMixtureState
-    prior : VBPrior
-    covariance : {"full", "diag"}
-
-    Returns
-    -------
-    float
-    """
-    _check_covariance(covariance)
-    return _e_step(x, state, _diagonal_prior(prior, covariance), covariance)[1]
-
-
-def _update_parameters(x, resp, state, prior, covariance):
-    """Steps 1-3 of the module docstring with the responsibilities fixed."""
-    d = x.shape[1]
-    counts = jnp.sum(resp, axis=0)                                      # (k,)
-    safe = jnp.maximum(counts, jnp.finfo(x.dtype).tiny)
-    xbar = (resp.T @ x) / safe[:, None]                                 # (k, d)
-    diff = x[:, None, :] - xbar[None]                                   # (N, k, d)
-    scatter = jnp.einsum("nk,nkd,nke->kde", resp, diff, diff)
-    # 1. Q(Lambda) given Q(m): the expected scatter about m_j.
-    offset = xbar - state.mean_mean
-    rate = (prior.covariance + scatter + counts[:, None, None]
-            * (offset[:, :, None] * offset[:, None, :] + state.mean_covariance))
-    rate = 0.5 * (rate + jnp.swapaxes(rate, -1, -2))
-    if covariance == "diag":   # independent Gamma precisions: only the diagonal scatter
-        rate = rate * jnp.eye(d, dtype=x.dtype)
-    wishart_scale = _chol_inverse(rate)
-    wishart_dof = prior.dof + counts
-    # 2. Q(m) given Q(Lambda).
-    beta0 = 1.0 / prior.mean_scale ** 2
-    expected_precision = wishart_dof[:, None, None] * wishart_scale
-    mean_precision = beta0 * jnp.eye(d, dtype=x.dtype) + counts[:, None, None] * expected_precision
-    mean_covariance = _chol_inverse(mean_precision)
-    target = beta0 * prior.mean + counts[:, None] * jnp.einsum("kde,ke->kd",
-                                                               expected_precision, xbar)
-    mean_mean = jnp.einsum("kde,ke->kd", mean_covariance, target)
-    # 3. Type-II maximum likelihood weights.
-    weights = counts / x.shape[0]
-    return state._replace(weights=weights, mean_mean=mean_mean, mean_covariance=mean_covariance,
-                          wishart_dof=wishart_dof, wishart_scale=wishart_scale), counts
-
-
-def _reset_to_prior(state, keep, prior):
-    """Slots where ``keep`` is False get Q equal to the prior and weight 0."""
-    d = state.mean_mean.shape[1]
-    prior_scale = _chol_inverse(prior.covariance)
-    prior_mean_cov = prior.mean_scale ** 2 * jnp.eye(d, dtype=state.mean_mean.dtype)
-    keep2, keep3 = keep[:, None], keep[:, None, None]
-    return state._replace(
-        weights=jnp.where(keep, state.weights, 0.0),
-        mean_mean=jnp.where(keep2, state.mean_mean, prior.mean),
-        mean_covariance=jnp.where(keep3, state.mean_covariance, prior_mean_cov),
-        wishart_dof=jnp.where(keep, state.wishart_dof, prior.dof),
-        wishart_scale=jnp.where(keep3, state.wishart_scale, prior_scale))
-
-
-def step(state: VBMixtureState, x, prior: VBPrior, prune_threshold, covariance: str = "full"):
-    """One VB iteration: Q(Lambda), Q(m), alpha, pruning, Q(y) (module docstring, steps 1-5).
-
-    Deterministic, so it takes no key. Pure and jittable.
-
-    Parameters
-    ----------
-    state : VBMixtureState
-    x : array (num_examples, d)
-    prior : VBPrior
-    prune_threshold : float
-        Active components with alpha_j below it are removed.
-    covariance : {"full", "diag"}
-        Family (static under ``jit``).
-
-    Returns
-    -------
-    (VBMixtureState, VBMixtureInfo)
-    """
-    _check_covariance(covariance)
-    prior = _diagonal_prior(prior, covariance)
-    updated, counts = _update_parameters(x, state.responsibilities, state, prior, covariance)
-    prune = state.active & (updated.weights < prune_threshold)
-    all_pruned = jnp.all(prune | ~state.active)
-    prune = prune & ~all_pruned
-    active = state.active & ~prune
-    updated = _reset_to_prior(updated._replace(active=active), active, prior)
-    updated = updated._replace(weights=updated.weights / jnp.sum(updated.weights))
-    resp, new_bound = _e_step(x, updated, prior, covariance)
-    new_state = updated._replace(responsibilities=resp, bound=new_bound,
-                                 iteration=state.iteration + 1,
-                                 all_pruned=state.all_pruned | all_pruned)
-    info = VBMixtureInfo(new_bound, new_bound - state.bound, jnp.sum(active),
-                         jnp.sum(jnp.where(prune, counts, 0.0)))
-    return new_state, info
-
-
-def init(rng_key, x, max_components: int, prior: VBPrior,
-         covariance: str = "full") -> VBMixtureState:
-    """Initial state: k-means++ centres, hard nearest-centre responsibilities.
-
-    Q(m_j) starts as a point mass at centre j (S_j = 0) and Q(Lambda_j), alpha as
-    the prior and 1/k; the first :func:`step` replaces all of them. Slots whose
-    centre receives no example (duplicate rows) get weight 0 there and are pruned.
-
-    Parameters
-    ----------
-    rng_key : jax.random key
-    x : array (num_examples, d)
-    max_components : int
-        Number of slots k (static).
-    prior : VBPrior
-    covariance : {"full", "diag"}
-
-    Returns
-    -------
-    VBMixtureState
-    """
-    _check_covariance(covariance)
-    prior = _diagonal_prior(prior, covariance)
-    k, d = max_components, x.shape[1]
-    centres = _kmeans_plus_plus(rng_key, x, k)
-    dist2 = jnp.sum((x[:, None, :] - centres[None]) ** 2, axis=-1)
-    resp = jax.nn.one_hot(jnp.argmin(dist2, axis=1), k, dtype=x.dtype)
-    return VBMixtureState(
-        weights=jnp.full(k, 1.0 / k, x.dtype), active=jnp.ones(k, bool), mean_mean=centres,
-        mean_covariance=jnp.zeros((k, d, d), x.dtype),
-        wishart_dof=jnp.full(k, prior.dof, x.dtype),
-        wishart_scale=jnp.broadcast_to(_chol_inverse(prior.covariance), (k, d, d)),
-        responsibilities=resp, bound=jnp.array(-jnp.inf, x.dtype),
-        iteration=jnp.array(0, jnp.int32), all_pruned=jnp.array(False))
-
-
-@functools.partial(jax.jit, static_argnames=("max_components", "max_iterations", "covariance"))
-def _run(rng_key, x, prior, prune_threshold, tol, *, max_components, max_iterations,
-         covariance):
-    state = init(rng_key, x, max_components, prior, covariance)
-    traces = (jnp.full(max_iterations, jnp.nan, x.dtype),
-              jnp.zeros(max_iterations, jnp.int32), jnp.zeros(max_iterations, x.dtype))
-    scale = tol * x.shape[0]
-
-    def cond(carry):
-        state, _, done = carry
-        return (state.iteration < max_iterations) & ~done
-
-    def body(carry):
-        state, (bounds, counts, pruned), _ = carry
-        new, info = step(state, x, prior, prune_threshold, covariance)
-        t = state.iteration
-        bounds = bounds.at[t].set(info.bound)
-        counts = counts.at[t].set(info.num_components.astype(jnp.int32))
-        pruned = pruned.at[t].set(info.pruned_count)
-        settled = ((jnp.abs(info.bound_change) <= scale) & (info.pruned_count == 0)
-                   & (new.iteration >= 2))
-        done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
-        return new, (bounds, counts, pruned), done
-
-    state, traces, done = jax.lax.while_loop(cond, body, (state, traces, jnp.array(False)))
-    return state, traces, done
 
 
 class VBMixtureResult(NamedTuple):
@@ -455,12 +148,11 @@ class VBMixtureResult(NamedTuple):
         Starting slots of the survivors.
     bound : float
         L(Q) at the result.
-    bound_trace : array (num_iterations,)
-        L(Q) after every iteration (non-decreasing up to pruning; module docstring).
-    num_components_trace : int array (num_iterations,)
-        Active components after every iteration.
-    pruned_count_trace : array (num_iterations,)
-        Expected count N alpha_j removed by pruning at every iteration.
+    trace : VBMixtureTrace
+        Per-iteration arrays (num_iterations,): ``objective``, L(Q) after every
+        iteration (non-decreasing up to pruning; module docstring);
+        ``num_components``, the active components after every iteration;
+        ``pruned_count``, the expected count N alpha_j removed by pruning.
     num_iterations : int
     converged : bool
         The per-example bound change fell below ``tol`` with nothing pruned.
@@ -487,15 +179,26 @@ class VBMixtureResult(NamedTuple):
     num_start: int
     component_index: jax.Array
     bound: float
-    bound_trace: jax.Array
-    num_components_trace: jax.Array
-    pruned_count_trace: jax.Array
+    trace: VBMixtureTrace
     num_iterations: int
     converged: bool
     monotone: bool
     prior: VBPrior
     covariance: str
 
+
+
+def _old_vb_mixture_result(values):
+    """A VBMixtureResult saved with ``bound_trace``, ``num_components_trace`` and
+    ``pruned_count_trace``: one :class:`VBMixtureTrace` cut at ``num_iterations``."""
+    n = int(values["num_iterations"])
+    values["trace"] = VBMixtureTrace(*(np.asarray(values.pop(name))[:n] for name in (
+        "bound_trace", "num_components_trace", "pruned_count_trace")))
+    return values
+
+
+register_renamed_fields(VBMixtureResult, {"bound_trace": "bound_trace"},
+                        convert=_old_vb_mixture_result)
 
 def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
@@ -567,7 +270,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     3
     """
     x = check_data(x, "x")
-    _check_covariance(covariance)
+    check_covariance(covariance)
     num_examples = x.shape[0]
     max_components = check_positive_int(
         max_components, "max_components", maximum=num_examples,
@@ -581,10 +284,10 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     prior = prior_from_data(x, mean_prior_mean=mean_prior_mean,
                             mean_prior_scale=mean_prior_scale, dof_prior=dof_prior,
                             covariance_prior=covariance_prior)
-    prior = _diagonal_prior(VBPrior(
+    prior = diagonal_prior(VBPrior(
         jnp.asarray(prior.mean, x.dtype), jnp.asarray(prior.mean_scale, x.dtype),
         jnp.asarray(prior.dof, x.dtype), jnp.asarray(prior.covariance, x.dtype)), covariance)
-    state, (bounds, counts, pruned), _ = _run(
+    state, (bounds, counts, pruned), _ = run_em(
         rng_key, x, prior, jnp.asarray(prune_threshold, x.dtype), jnp.asarray(tol, x.dtype),
         max_components=max_components, max_iterations=max_iterations, covariance=covariance)
     if bool(state.all_pruned):
@@ -623,7 +326,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     # Precisions and covariances of every component (a fixed shape; component by
     # component, the same values as for the survivors alone), then the survivors'.
     precisions = state.wishart_dof[:, None, None] * state.wishart_scale
-    covariances = _chol_inverse(precisions)
+    covariances = chol_inverse(precisions)
     return VBMixtureResult(
         weights=host.take(state.weights, keep), means=host.take(state.mean_mean, keep),
         mean_covariances=host.take(state.mean_covariance, keep),
@@ -634,6 +337,6 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         labels=host.array(np.argmax(np.asarray(resp), axis=1), np.int32),
         num_components=int(keep.size),
         num_start=max_components, component_index=host.array(keep),
-        bound=float(state.bound), bound_trace=bounds, num_components_trace=counts,
-        pruned_count_trace=pruned, num_iterations=num_iterations, converged=converged,
+        bound=float(state.bound), trace=VBMixtureTrace(bounds, counts, pruned),
+        num_iterations=num_iterations, converged=converged,
         monotone=monotone, prior=prior, covariance=covariance)

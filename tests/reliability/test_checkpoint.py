@@ -28,6 +28,7 @@ from inference.engine import loop as engine_loop
 from inference.gvq import em as gvq
 from inference.mcvq import em as mcvq
 from inference.mixture import em as mixture
+from inference.mixture import loop as mixture_loop
 from ppl_models import gvq as gvq_model
 from ppl_models import mcvq as mcvq_model
 from ppl_models.datasets import shapes
@@ -318,7 +319,7 @@ def test_mixture_chunks_and_resume_are_bit_identical(mixture_data, tmp_path, mon
                                   checkpoint_every=1, **options)
     assert_identical(reference, chunked)
     path = tmp_path / "mixture.npz"
-    interrupt_after(monkeypatch, mixture, "_advance_single", 2)
+    interrupt_after(monkeypatch, mixture_loop, "_advance_single", 2)
     with pytest.raises(KeyboardInterrupt):
         mixture.fit_mixture(mixture_data, 3, checkpoint_path=path, checkpoint_every=1,
                             **options)
@@ -422,7 +423,7 @@ def _svi_case(which):
     wrapper (GVQ's runs through the engine's loop)."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
-    from inference.mixture import baselines as mixture_baselines
+    from inference.mixture import baselines_svi as mixture_baselines
 
     if which == "gvq":
         x = np.asarray(gvq_model.generate_planted(jax.random.key(11), 30, 3, 6,

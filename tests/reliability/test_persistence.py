@@ -209,7 +209,7 @@ def test_newer_format_version_is_refused(saved):
 
 
 def test_class_fields_changed_is_refused(saved, monkeypatch):
-    from inference.mixture import em as mixture
+    from inference.mixture import result as mixture
 
     class Renamed(tuple):
         _fields = ("weights",)

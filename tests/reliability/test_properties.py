@@ -69,7 +69,7 @@ def test_mixture_em_criterion_never_increases(seed, mode, scale):
                                             separation=4.0).x)
     result = quiet(fit_mixture, x, 3, mode=mode, prune=False, rng_key=jax.random.key(seed),
                    max_iterations=30)
-    trace = np.asarray(result.objective_trace, float)
+    trace = np.asarray(result.trace.objective, float)
     assert np.all(np.isfinite(trace))
     # float32 rounding: 1e-5 of the criterion's size per iteration (it is a mean over
     # examples, so its rounding does not grow with N).
@@ -150,7 +150,7 @@ def test_belief_revision_is_exact_on_random_trees(seed, parents):
 def test_pruning_never_increases_the_number_of_components(seed, start):
     x = np.asarray(mixture.generate(jax.random.key(seed % 1000), 80, 3, 2, separation=5.0).x)
     fit = quiet(fit_mixture, x, start, rng_key=jax.random.key(seed), max_iterations=40)
-    counts = np.asarray(fit.num_components_trace)
+    counts = np.asarray(fit.trace.num_components)
     assert counts[0] <= start and np.all(np.diff(counts) <= 0)
     assert counts[-1] == fit.num_components
 
@@ -161,5 +161,5 @@ def test_pruning_never_increases_the_number_of_components(seed, start):
 def test_vb_pruning_never_increases_the_number_of_components(seed):
     x = np.asarray(mixture.generate(jax.random.key(seed % 1000), 80, 3, 2, separation=5.0).x)
     fit = quiet(fit_vb_mixture, x, 6, rng_key=jax.random.key(seed), max_iterations=60)
-    counts = np.asarray(fit.num_components_trace)
+    counts = np.asarray(fit.trace.num_components)
     assert np.all(np.diff(counts) <= 0) and counts[-1] == fit.num_components

@@ -135,5 +135,5 @@ def test_components_that_die_mid_run():
     fit = works_or_clear_error(lambda: fit_mixture(x, 8, rng_key=KEY, weight_rule="mml"),
                                ["num_components", "x"])
     assert fit is not None
-    counts = np.asarray(fit.num_components_trace)
+    counts = np.asarray(fit.trace.num_components)
     assert counts[-1] < 8 and np.all(np.diff(counts) <= 0)

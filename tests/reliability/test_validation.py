@@ -44,8 +44,9 @@ from inference.gvq.constraints import associate_sets
 from inference.mcvq.baselines import fit_mcvq_meanfield_svi, fit_mcvq_svi, fit_variational
 from inference.mixture.baselines import fit_mixture_mcmc, fit_mixture_svi, mixture_loo
 from inference.mixture.online import fit_online
+from inference.mixture.online_stream import fit_online_stream
 from inference.mixture.selection import compare_criteria, select_num_components
-from inference.mixture.stream import fit_mixture_stream, fit_online_stream
+from inference.mixture.stream import fit_mixture_stream
 from ppl_models import REGISTRY, clipped_gaussian, gvq, mcvq, mixture
 from ppl_models import vb_mixture as vb_program
 from ppl_models.datasets import causes, ratings, shapes, text
@@ -264,7 +265,7 @@ rows("fit_mixture_svi", lambda x=X, k=2, **kw: fit_mixture_svi(x, k, **{**_SVI_M
     ("num_components", dict(k=0), ValueError, r"^num_components must be at least 1"),
     ("covariance", dict(covariance="tied"), ValueError, r"^covariance must be one of"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
-    ("step_size", dict(step_size=0.0), ValueError, r"^step_size must be positive"),
+    ("learning_rate", dict(learning_rate=0.0), ValueError, r"^learning_rate must be positive"),
     ("prior_scale", dict(prior_scale=-1.0), ValueError, r"^prior_scale must be positive"),
     ("tol", dict(tol=-1.0), ValueError, r"^tol must be"),
 ])

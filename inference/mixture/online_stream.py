@@ -1,0 +1,237 @@
+"""The online mixture rules by passes over a stream of batches
+(:func:`fit_online_stream`)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference.engine import host
+from inference.engine.streaming import Pass, batches
+from inference.mixture import online as mixture_online
+from inference.mixture.stream import distinct_rows
+from ppl_models import mixture
+from ppl_models.diagnostics import NumericalWarning
+from ppl_models.validation import (
+    MissingKeyError,
+    check_choice,
+    check_positive,
+    check_positive_int,
+    check_rng_key,
+)
+
+
+class OnlineStreamResult(NamedTuple):
+    """Result of :func:`fit_online_stream` (one pass: no statistic needs a second look).
+
+    Attributes
+    ----------
+    weights, means, covariances : arrays (m,), (m, d), (m, d, d)
+        The m used units: active units whose share of the wins over the pass
+        (adaptive EM: of the posterior mass) is at least ``min_share``; weights
+        renormalised. (``fit_online`` uses the shares of a final hard assignment,
+        which needs a second pass.)
+    num_components : int
+        m.
+    used : bool array (k,)
+    shares : array (k,)
+        ``win_counts / num_steps``.
+    all_weights, all_means, all_covariances : arrays (k,), (k, d), (k, d, d)
+        Every starting unit.
+    win_counts : array (k,)
+    active : bool array (k,)
+        False for units adaptive EM pruned.
+    state : mixture_online.OnlineState
+        The final state (resume with :func:`fit_online_stream`'s ``state`` argument).
+    log_likelihood_trace : array (num_batches,)
+        Mean log p(x_t) of every batch's examples, each under the parameters just
+        before its step (the prequential log-likelihood).
+    num_active_trace : int array (num_batches,)
+    num_steps : int
+    nonfinite : bool
+    num_start : int
+    method, criterion, schedule, covariance : str
+    """
+
+    weights: jax.Array
+    means: jax.Array
+    covariances: jax.Array
+    num_components: int
+    used: jax.Array
+    shares: jax.Array
+    all_weights: jax.Array
+    all_means: jax.Array
+    all_covariances: jax.Array
+    win_counts: jax.Array
+    active: jax.Array
+    state: mixture_online.OnlineState
+    log_likelihood_trace: jax.Array
+    num_active_trace: jax.Array
+    num_steps: int
+    nonfinite: bool
+    num_start: int
+    method: str
+    criterion: str
+    schedule: str
+    covariance: str
+
+
+@functools.partial(jax.jit, static_argnames=("options",))
+def _online_batch(state, rows, num_valid, numbers, *, options):
+    """``mixture_online.step`` over the rows of one padded batch (``lax.scan``); padded
+    rows leave the state unchanged (as ``fit_online``'s padding of its last chunk)."""
+    opts = dict(options)
+
+    def one(state, inputs):
+        x_t, ok = inputs
+        new, info = mixture_online.step(state, x_t, **opts, **numbers)
+        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), info.log_likelihood
+
+    valid = jnp.arange(rows.shape[0]) < num_valid
+    state, log_px = jax.lax.scan(one, state, (rows, valid))
+    return state, jnp.sum(jnp.where(valid, log_px, 0.0)) / num_valid
+
+
+def fit_online_stream(source, num_components: int, *, method: str = "rpcl", rng_key=None,
+                      learning_rate: float = 0.05, delearning_rate: float = 0.02,
+                      schedule: str = "constant", criterion=None, delearning=None,
+                      covariance: str = "full", init: str = "kmeans++", init_means=None,
+                      init_covariances=None, prior_count=None, min_share: float = 0.01,
+                      reg_covar: float = 1e-6, min_weight: float = 1e-4, state=None,
+                      batch_size=None) -> OnlineStreamResult:
+    """One pass of an online method (:mod:`inference.mixture.online`) over a batch source.
+
+    The stream is the rows of ``source`` in their order (a stream cannot be
+    shuffled as ``fit_online`` shuffles its data set: shuffle when writing it).
+    The state is carried from batch to batch, so the steps are exactly those of
+    ``mixture_online.run`` over the concatenated rows, and of ``fit_online`` with
+    ``num_passes=1`` when the rows come in its order ``stream_order`` and the
+    start is the same (tested). A one-shot iterator is fine.
+
+    Parameters
+    ----------
+    source : array, np.memmap, callable, iterable or iterator of arrays (:class:`BatchSource`)
+    num_components : int
+        Units k.
+    method, learning_rate, delearning_rate, schedule, criterion, delearning, covariance, \
+prior_count, min_share, reg_covar, min_weight
+        As ``mixture_online.fit_online`` (adaptive EM uses ``old_posterior="zero"``:
+        in one pass every example is new).
+    rng_key : jax.random key
+        ``fit_online``'s: ``split(rng_key)[0]`` draws the initial means; required
+        unless ``init_means`` or ``state`` is given.
+    init : {"kmeans++", "random"}
+        Seeding of the initial means on the **first batch**; the starting
+        covariances are sigma^2 I with sigma^2 from the first batch too
+        (``mixture_online.init``).
+    init_means, init_covariances : arrays (k, d), (k, d, d), optional
+    state : mixture_online.OnlineState, optional
+        Continue from this state (a previous result's ``state``) instead of starting.
+    batch_size : int, optional
+        Rows per batch (:class:`BatchSource`).
+
+    Returns
+    -------
+    OnlineStreamResult
+    """
+    choice = check_choice
+    rate = mixture_online.check_rate
+    choice(method, "method", mixture_online.METHODS)
+    choice(schedule, "schedule", mixture_online.SCHEDULES)
+    choice(covariance, "covariance", mixture.COVARIANCES)
+    choice(init, "init", ("kmeans++", "random"))
+    criterion = mixture_online.DEFAULT_CRITERION[method] if criterion is None else criterion
+    choice(criterion, "criterion", mixture_online.CRITERIA)
+    delearning = ("local" if criterion == "posterior" else "constant") if (
+        delearning is None) else delearning
+    choice(delearning, "delearning", mixture_online.DELEARNING)
+    if method == "adaptive_em" and criterion != "posterior":
+        raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
+                         f"got {criterion!r}")
+    k = check_positive_int(num_components, "num_components")
+    numbers = {"learning_rate": rate(learning_rate, "learning_rate"),
+               "delearning_rate": rate(delearning_rate, "delearning_rate", lower_open=False),
+               "reg_covar": float(reg_covar), "min_weight": rate(min_weight, "min_weight")}
+    min_share = rate(min_share, "min_share", lower_open=False)
+    if reg_covar:
+        check_positive(reg_covar, "reg_covar")
+    if prior_count is not None:
+        check_positive(prior_count, "prior_count")
+    if state is None and init_means is None and rng_key is None:
+        raise MissingKeyError("rng_key is required unless init_means or state is given")
+    if rng_key is not None:
+        check_rng_key(rng_key)
+    options = (("covariance", covariance), ("criterion", criterion), ("delearning", delearning),
+               ("method", method), ("num_examples", None), ("old_posterior", "zero"),
+               ("schedule", schedule))
+    rows_iter = iter(batches(source, batch_size))
+    first = next(rows_iter)  # the source raises ValueError when it is empty
+    dtype = (jax.dtypes.canonicalize_dtype(first.dtype)
+             if np.issubdtype(first.dtype, np.floating) else jnp.result_type(float))
+    dim = first.shape[1]
+    if state is None:
+        state = _online_start(rng_key, np.asarray(first, dtype), k, init, init_means,
+                              init_covariances, covariance, prior_count)
+    elif state.means.shape != (k, dim):
+        raise ValueError(f"state must have means of shape ({k}, {dim}); got "
+                         f"{state.means.shape}")
+    # Steps are per row: batches are padded to the first batch's rows (block=1).
+    passes = Pass(itertools.chain([first], rows_iter), dtype, first.shape[0], block=1)
+    trace, active_trace = [], []
+    for rows, count in passes:
+        state, mean_log_px = _online_batch(state, rows, count, numbers, options=options)
+        passes.done(mean_log_px)
+        trace.append(mean_log_px)
+        active_trace.append(jnp.sum(state.active))
+    steps = int(state.num_steps)
+    counts = state.counts
+    shares = counts / jnp.maximum(jnp.sum(counts), 1e-30)
+    used = np.asarray(state.active & (shares >= min_share))
+    if not used.any():
+        used = np.arange(k) == int(jnp.argmax(shares))
+    keep = np.flatnonzero(used)
+    nonfinite = not all(bool(jnp.all(jnp.isfinite(a)))
+                        for a in (state.weights, state.means, state.covariances))
+    if nonfinite:
+        warnings.warn(f"fit_online_stream: non-finite parameters after {method!r}; lower the "
+                      "learning rates or raise reg_covar", NumericalWarning, stacklevel=2)
+    weights = mixture_online.used_weights(state.weights, used, keep)
+    return OnlineStreamResult(
+        weights=weights, means=host.take(state.means, keep),
+        covariances=host.take(state.covariances, keep),
+        num_components=int(keep.size), used=host.array(used), shares=shares,
+        all_weights=state.weights, all_means=state.means, all_covariances=state.covariances,
+        win_counts=counts, active=state.active, state=state,
+        log_likelihood_trace=jnp.stack(trace), num_active_trace=jnp.stack(active_trace),
+        num_steps=steps, nonfinite=nonfinite, num_start=k, method=method, criterion=criterion,
+        schedule=schedule, covariance=covariance)
+
+
+def _online_start(rng_key, first, k, init, init_means, init_covariances, covariance,
+                  prior_count):
+    """``mixture_online.init`` on the first batch, with ``fit_online``'s key split."""
+    dim = first.shape[1]
+    if init_means is None:
+        if distinct_rows(first, k).shape[0] < k:
+            raise ValueError(f"the first batch of source has fewer than num_components={k} "
+                             "distinct rows to seed from; pass init_means or larger batches")
+    else:
+        init_means = jnp.asarray(init_means, first.dtype)
+        if init_means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(init_means))):
+            raise ValueError(f"init_means must be finite with shape ({k}, {dim}); "
+                             f"got shape {init_means.shape}")
+    if init_covariances is not None:
+        init_covariances = jnp.asarray(init_covariances, first.dtype)
+        if init_covariances.shape != (k, dim, dim):
+            raise ValueError(f"init_covariances must have shape ({k}, {dim}, {dim}); "
+                             f"got {init_covariances.shape}")
+    key_init = jax.random.split(rng_key)[0] if rng_key is not None else jax.random.key(0)
+    return mixture_online.init_jit(key_init, jnp.asarray(first), k, init_method=init,
+                                    means=init_means, covariances=init_covariances,
+                                    covariance=covariance, prior_count=prior_count)
