@@ -10,8 +10,8 @@ an earlier version still loads as the current class.
 
 from __future__ import annotations
 
-__all__ = ["CONVERTERS", "MOVED_MODULES", "RENAMED_FIELDS", "moved_kind", "moved_module",
-           "register_renamed_fields"]
+__all__ = ["CONVERTERS", "MOVED_CLASSES", "MOVED_MODULES", "RENAMED_FIELDS", "moved_kind",
+           "moved_module", "register_renamed_fields"]
 
 #: Modules of the classes in files written by version 0.1 (one flat package), and where
 #: those classes live now (``inference.<family>.<module>``). Loading maps the first to
@@ -83,8 +83,17 @@ def register_renamed_fields(cls, renamed: dict, convert=None) -> None:
         CONVERTERS[cls.__qualname__] = convert
 
 
-def moved_module(module_name: str) -> str:
-    """The module a saved class name refers to in this version (see :data:`MOVED_MODULES`)."""
+#: Classes that left the module their old module became: (0.1 module, class) -> module.
+MOVED_CLASSES = {
+    ("inference.streaming", "OnlineStreamResult"): "inference.mixture.online_stream",
+}
+
+
+def moved_module(module_name: str, class_name: str | None = None) -> str:
+    """The module a saved class name refers to in this version (see :data:`MOVED_MODULES`
+    and :data:`MOVED_CLASSES`)."""
+    if (module_name, class_name) in MOVED_CLASSES:
+        return MOVED_CLASSES[module_name, class_name]
     return MOVED_MODULES.get(module_name) or module_name
 
 
@@ -93,4 +102,4 @@ def moved_kind(kind: str) -> str:
     if not kind.startswith("result:"):
         return kind
     module_name, _, class_name = kind[len("result:"):].rpartition(".")
-    return f"result:{moved_module(module_name)}.{class_name}"
+    return f"result:{moved_module(module_name, class_name)}.{class_name}"

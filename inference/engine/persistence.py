@@ -378,7 +378,7 @@ def _trusted_class(module_name, class_name, path, where: str):
             and class_name.isidentifier()):
         raise PersistenceError(f"{path}: {where} names class {module_name}.{class_name}; only "
                                f"classes of {', '.join(_TRUSTED_PACKAGES)} are rebuilt")
-    module_name = moved_module(module_name)
+    module_name = moved_module(module_name, class_name)
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
