@@ -114,9 +114,10 @@ RENAMED: dict[str, str] = {
     "loss_trace": "trace.objective",
     "num_components_trace": "trace.num_components",
 }
-#: Cases whose results kept their 0.1 field names (the online methods: fixed passes, no
-#: convergence test, so no trace of an iterative fit).
+#: Cases whose results kept their 0.1 field names: the online methods (fixed passes, no
+#: convergence test) and VB-MCVQ (not yet renamed).
 KEPT_NAMES = ("fit_online",)
+KEPT_CASES = {"fit_vb_mcvq", "fit_vb_mcvq_moves_masked", "fit_vb"}
 #: Fields that a recording held padded past convergence and the refactored fit cuts at
 #: ``num_iterations``: compared over the returned (shorter) length.
 CUT_PREFIX = "trace."
@@ -689,14 +690,17 @@ def run_case(name: str) -> dict[str, np.ndarray]:
 
 def renamed(case_name: str, field: str) -> str:
     """The current name of the recorded ``field`` of ``case_name`` (see :data:`RENAMED`)."""
-    if case_name.startswith(KEPT_NAMES):
+    if case_name.startswith(KEPT_NAMES) or case_name in KEPT_CASES:
         return field
+    parts = field.split(".")
     for old, new in RENAMED.items():
         scope, _, old_field = old.rpartition(":")
         if scope and scope != case_name:
             continue
-        if field == old_field or field.startswith(old_field + "."):
-            return new + field[len(old_field):]
+        length = len(old_field.split("."))
+        for i in range(len(parts) - length + 1):  # at any depth (fits.0.objective_trace)
+            if ".".join(parts[i:i + length]) == old_field:
+                return ".".join([*parts[:i], new, *parts[i + length:]])
     return field
 
 
