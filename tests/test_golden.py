@@ -33,9 +33,9 @@ numbers (and say so in its commit message)::
 
 The test itself never writes. Almost all the time goes into compiling (every case is a
 new program), so the default run keeps one case per public function family (every
-association method, the three fit_mixture modes, every online method; about a minute on
-two cores); the cases marked slow (further configurations and options, float64, model
-selection, the NumPyro SVI/MCMC baselines but fit_gvq_svi, the description-length
+association method, the three fit_mixture modes, every online method: 32 cases, about 80 s
+of CPU time); the 45 cases marked slow (further configurations and options, float64,
+model selection, the NumPyro SVI/MCMC baselines but fit_gvq_svi, the description-length
 baselines) add about five minutes. After every refactor step run them all::
 
     JAX_PLATFORMS=cpu pytest tests/test_golden.py -m "slow or not slow" -n 2 --dist load
