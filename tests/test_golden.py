@@ -115,9 +115,10 @@ RENAMED: dict[str, str] = {
     "num_components_trace": "trace.num_components",
 }
 #: Cases whose results kept their 0.1 field names: the online methods (fixed passes, no
-#: convergence test) and VB-MCVQ (not yet renamed).
+#: convergence test), VB-MCVQ, and the clipped and MCVQ SVI baselines (not yet renamed).
 KEPT_NAMES = ("fit_online",)
-KEPT_CASES = {"fit_vb_mcvq", "fit_vb_mcvq_moves_masked", "fit_vb"}
+KEPT_CASES = {"fit_vb_mcvq", "fit_vb_mcvq_moves_masked", "fit_vb",
+              "fit_clipped_svi", "fit_mcvq_svi", "fit_mcvq_meanfield_svi"}
 #: Fields that a recording held padded past convergence and the refactored fit cuts at
 #: ``num_iterations``: compared over the returned (shorter) length.
 CUT_PREFIX = "trace."
