@@ -109,7 +109,7 @@ from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import associate  # noqa: E402
 from inference.association import core as association_module  # noqa: E402
 from inference.association.core import METHODS, AssociationResult, _associate_jit  # noqa: E402
-from inference.gvq.baselines import _gibbs_states, _map_states  # noqa: E402
+from inference.gvq.baselines_association import _gibbs_states, _map_states  # noqa: E402
 from inference.program.energy import energy_fn  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 

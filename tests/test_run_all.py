@@ -6,6 +6,7 @@ and ``--collect-only`` tabulates fixture files.
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,28 @@ def test_command_line_help_and_bad_input():
     bad = subprocess.run([sys.executable, str(PATH), "--only", "no_such", "--collect-only"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--only" in bad.stderr and "no_such" in bad.stderr
+
+
+def test_every_benchmark_script_imports():
+    """Each script's imports still resolve after the package moves (``--help`` of every
+    script, in one child process so the imports are paid once)."""
+    folder = PATH.parent
+    scripts = sorted(p for p in folder.glob("*.py") if p.name not in ("__init__.py",))
+    code = (
+        "import runpy, sys\n"
+        "failed = []\n"
+        f"for script in {[str(p) for p in scripts]!r}:\n"
+        "    sys.argv = [script, '--help']\n"
+        "    try:\n"
+        "        runpy.run_path(script, run_name='__main__')\n"
+        "    except SystemExit as exit:\n"
+        "        if exit.code not in (0, None):\n"
+        "            failed.append((script, f'exit {exit.code}'))\n"
+        "    except Exception as error:\n"
+        "        failed.append((script, repr(error)))\n"
+        "print('FAILED', failed)\n"
+        "sys.exit(1 if failed else 0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=folder.parent, timeout=600,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
