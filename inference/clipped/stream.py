@@ -1,4 +1,4 @@
-"""The clipped-Gaussian model fitted from one pass over batches: :func:`fit_clipped_gaussian_stream`.
+"""The clipped-Gaussian model fitted in one pass over batches: :func:`fit_clipped_gaussian_stream`.
 
 The streamed counterpart of :func:`inference.clipped.fit.fit_clipped_gaussian`
 (seed 001 eq. 7-10), for patterns too many for memory. The fit needs the patterns only
