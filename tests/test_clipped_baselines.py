@@ -38,7 +38,7 @@ def test_svi_heldout_error_within_factor_of_arcsine(planted):
     params = program_parameters(fit, NOISE)
     ours = moment_error(model_moments(params["weights"], params["bias"], NOISE), heldout)
     svi = fit_clipped_svi(train, 2, rng_key=jax.random.key(0), num_steps=1500)
-    assert svi.converged and svi.loss_trace.shape == (1500,)
+    assert svi.converged and svi.trace.objective.shape == (1500,)
     peer = moment_error(model_moments(svi.weights, svi.bias, NOISE), heldout)
     start = jax.random.normal(jax.random.split(jax.random.key(0))[0], (12, 2)) / np.sqrt(2)
     initial = moment_error(model_moments(start, np.zeros(12), NOISE), heldout)
@@ -156,3 +156,34 @@ def test_compare_clipped_quick_cli(tmp_path):
     assert arcsine["objective"] < 2.0 * planted["objective"]
     assert arcsine["angle_max_deg"] < 10.0
     assert (tmp_path / "clipped_comparison.png").stat().st_size > 1000
+
+
+def test_a_svi_result_saved_with_loss_trace_loads_with_trace(tmp_path):
+    # Files written before the rename hold ``loss_trace`` (an array) and ``num_steps``.
+    from typing import NamedTuple
+
+    import inference
+    from inference.clipped.baselines import ClippedSVIResult, ClippedSVITrace
+    from inference.engine.persistence import save_tree
+
+    class Saved(NamedTuple):
+        weights: object
+        bias: object
+        loss_trace: object
+        num_steps: int
+        converged: bool
+        hidden_loc: object
+        hidden_scale: object
+        noise: float
+        checkpoint_weights: object = None
+        checkpoint_bias: object = None
+
+    Saved.__module__, Saved.__qualname__ = "inference.clipped.baselines", "ClippedSVIResult"
+    old = Saved(np.ones((3, 2), np.float32), np.zeros(3, np.float32),
+                np.arange(5, dtype=np.float32), 5, False, np.ones((4, 2), np.float32),
+                np.ones((4, 2), np.float32), 0.1)
+    save_tree(tmp_path / "old.npz", old, kind="result:inference.clipped.baselines.ClippedSVIResult")
+    loaded = inference.load(tmp_path / "old.npz")
+    assert type(loaded) is ClippedSVIResult and isinstance(loaded.trace, ClippedSVITrace)
+    np.testing.assert_array_equal(loaded.trace.objective, np.arange(5))
+    assert loaded.num_iterations == 5 and not loaded.converged

@@ -267,10 +267,7 @@ SLOW_BASELINES = {
 
 
 #: Known to compile again on a second call (a defect to mend, kept visible: strict xfail).
-KNOWN_RECOMPILING = {
-    "fit_ppca_mcmc": "NUTS through a new numpyro MCMC per call: its collection loop is "
-                     "traced again (the other MCMC baselines cache theirs per configuration)",
-}
+KNOWN_RECOMPILING: dict = {}
 
 
 def _baseline_param(name):

@@ -29,7 +29,6 @@ KNOWN_LONG = {
 KNOWN_PRIVATE: set = set()
 KNOWN_CYCLES = {
     "inference.mcvq.vb",
-    "inference.clipped.fit",
 }
 
 #: Layer of each top-level subpackage of inference (a module may import its own layer

@@ -43,6 +43,7 @@ from jax.scipy.special import erfinv, ndtr
 from numpyro import handlers
 from numpyro.infer.util import log_density
 
+from inference.clipped.batch_moments import stream_moments
 from inference.clipped.orthant import (
     nearest_correlation,
     pair_density,
@@ -151,9 +152,10 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     s : array (num_examples, N)
         Patterns of -1 / +1, or of 0 / 1 (read as 0 -> -1, 1 -> +1). Also a stream
         too large for memory (an ``np.memmap``, a callable returning a fresh iterator
-        of batches, a list of batches, an :class:`inference.mixture.stream.BatchSource`):
+        of batches, a list of batches, an :class:`inference.engine.streaming.BatchSource`):
         the moments are then summed over the batches in one pass
-        (:func:`inference.clipped.stream.fit_clipped_gaussian_stream`, same result).
+        (:func:`inference.clipped.batch_moments.stream_moments`; what
+        :func:`inference.clipped.stream.fit_clipped_gaussian_stream` does, same result).
     num_hidden : int
         P, the number of hidden causes (columns of W), 1 <= P <= N.
     bias : bool
@@ -202,26 +204,28 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     Lee, Sompolinsky (seed 001), eq. 7-10 and the learning rule of the
     translation-invariant example.
     """
-    from inference.clipped import stream as streaming_fits  # it imports this module
-
-    if is_stream(s):  # np.memmap, callable, list of batches, BatchSource
-        if devices is not None or mesh is not None:
-            raise ValueError("devices= and mesh= apply to an in-memory s, not to a stream of "
-                             f"batches; got devices={devices!r}, mesh={mesh!r}")
-        return streaming_fits.fit_clipped_gaussian_stream(
-            s, num_hidden, bias=bias, project=project, constant_columns=constant_columns,
-            tol=tol, chunk_size=chunk_size)
-    mesh = resolve_mesh(devices, mesh)
-    spins = clipped_gaussian.to_spins(s, "s")
-    num_examples, num_units = spins.shape
-    num_hidden = check_positive_int(num_hidden, "num_hidden", maximum=num_units,
-                                    why=f" (the number of units N = {num_units} in s)")
+    streamed = is_stream(s)  # np.memmap, callable, list of batches, BatchSource
+    if streamed and (devices is not None or mesh is not None):
+        raise ValueError("devices= and mesh= apply to an in-memory s, not to a stream of "
+                         f"batches; got devices={devices!r}, mesh={mesh!r}")
+    if not streamed:
+        mesh = resolve_mesh(devices, mesh)
+        spins = clipped_gaussian.to_spins(s, "s")
+        num_examples, num_units = spins.shape
+        num_hidden = check_positive_int(num_hidden, "num_hidden", maximum=num_units,
+                                        why=f" (the number of units N = {num_units} in s)")
     check_choice(constant_columns, "constant_columns", ("error", "independent"))
     check_positive(tol, "tol")
     check_positive_int(chunk_size, "chunk_size")
     check_bool(bias, "bias")
     check_bool(project, "project")
-    means, second = empirical_moments(spins, mesh=mesh)
+    if streamed:  # one pass of sums over the batches (the streamed fit)
+        means, second, num_examples = stream_moments(s)
+        num_units = int(means.shape[0])
+        num_hidden = check_positive_int(num_hidden, "num_hidden", maximum=num_units,
+                                        why=f" (the number of units N = {num_units} in source)")
+    else:
+        means, second = empirical_moments(spins, mesh=mesh)
     return _fit_moments(means, second, num_examples, num_hidden, bias=bias, project=project,
                         constant_columns=constant_columns, tol=tol, chunk_size=chunk_size)
 
@@ -229,8 +233,7 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
 def _fit_moments(means, second, num_examples, num_hidden, *, bias, project, constant_columns,
                  tol, chunk_size, stacklevel=3):
     """:func:`fit_clipped_gaussian` from the patterns' means (N,) and <s_a s_b> (N, N)
-    (checked arguments); also the end of the streamed fit
-    (:func:`inference.clipped.stream.fit_clipped_gaussian_stream`)."""
+    (checked arguments), whether they came from an array or from a pass over batches."""
     num_units = int(np.shape(means)[0])
     means_np = np.asarray(means)
     constant = np.flatnonzero(np.abs(means_np) == 1.0)

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from numpyro.diagnostics import split_gelman_rubin
-from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO, init_to_value
+from numpyro.infer import NUTS, SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine.progress import progress, tick
@@ -89,7 +89,7 @@ class PPCASVIResult(NamedTuple):
     num_steps : int
     converged : bool
         The mean loss of the last tenth of the steps differs from that of the tenth
-        before by at most ``rtol`` (relative).
+        before by at most ``tol`` (relative).
     """
 
     weights: jax.Array
@@ -119,7 +119,7 @@ def _svi_run(rng_key, x, start, learning_rate, *, num_steps, progress_every):
 
 
 def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
-                 learning_rate: float = 0.05, rtol: float = 1e-3,
+                 learning_rate: float = 0.05, tol: float = 1e-3,
                  progress_bar: bool = False) -> PPCASVIResult:
     """MAP W, mu and sigma of the collapsed PPCA program by SVI (``AutoDelta``, Adam).
 
@@ -135,7 +135,7 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
         Adam steps.
     learning_rate : float
         Adam's initial step size (decayed by a cosine to 1% of it).
-    rtol : float
+    tol : float
         Convergence test on the loss (see :class:`PPCASVIResult`).
     progress_bar : bool
 
@@ -146,14 +146,14 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     Warns
     -----
     ConvergenceWarning
-        When the loss still changes by more than ``rtol`` at the end.
+        When the loss still changes by more than ``tol`` at the end.
     NumericalWarning
         When the loss or the estimates are not finite.
     """
     x, num_components = _check(x, num_components, rng_key)
     num_steps = check_positive_int(num_steps, "num_steps")
     check_positive(learning_rate, "learning_rate")
-    check_positive(rtol, "rtol")
+    check_positive(tol, "tol")
     key_init, key_run = jax.random.split(rng_key)
     start = _start(key_init, x, num_components)
     with progress(num_steps, "PPCA SVI", progress_bar) as every:
@@ -167,9 +167,9 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     if not finite:
         warnings.warn("fit_ppca_svi: the loss or the estimates are not finite; lower "
                       "learning_rate", NumericalWarning, stacklevel=2)
-    converged = num_steps >= 20 and finite and abs(before - last) <= rtol * abs(last)
+    converged = num_steps >= 20 and finite and abs(before - last) <= tol * abs(last)
     if not converged:
-        warnings.warn(f"fit_ppca_svi: the loss still changes by more than rtol={rtol:g} "
+        warnings.warn(f"fit_ppca_svi: the loss still changes by more than tol={tol:g} "
                       f"(relative) over the last fifth of the {num_steps} steps; raise num_steps",
                       ConvergenceWarning, stacklevel=2)
     return PPCASVIResult(sites["W"], sites["mu"], float(sites["sigma"]), losses, num_steps,
@@ -211,6 +211,36 @@ class PPCAMCMCResult(NamedTuple):
     converged: bool
 
 
+_NUTS_STATIC = ("num_components", "num_warmup", "num_samples", "target_accept_prob",
+                "max_tree_depth", "progress_every")
+
+
+@partial(jax.jit, static_argnames=_NUTS_STATIC)
+def _nuts_chain(rng_key, x, start, *, num_components, num_warmup, num_samples,
+                target_accept_prob, max_tree_depth, progress_every):
+    """One NUTS chain on W, mu, sigma of the collapsed program; per-iteration arrays
+    (the sites, constrained, the divergences and the leapfrog steps), warm-up included.
+
+    One compiled program per configuration and shape: the data and the start are
+    arguments, so a new call with the same shapes reuses it (a fresh ``MCMC`` per call
+    would trace its loop again).
+    """
+    model = partial(ppca.model, collapsed=True, sigma=None)
+    kwargs = {"num_components": num_components}
+    kernel = NUTS(model, init_strategy=init_to_value(values=start),
+                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
+    state = kernel.init(rng_key, num_warmup, None, (x,), kwargs)
+    constrain = kernel.postprocess_fn((x,), kwargs)  # state.z is unconstrained
+
+    def body(state, i):
+        state = kernel.sample(state, (x,), kwargs)
+        tick(i, progress_every)
+        return state, (constrain(state.z), state.diverging, state.num_steps)
+
+    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
+    return out
+
+
 def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
                   num_samples: int = 300, num_chains: int = 2,
                   target_accept_prob: float = 0.8, max_tree_depth: int = 6,
@@ -228,7 +258,7 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
     num_warmup, num_samples : int
         Per chain; ``num_samples >= 4`` (split R-hat).
     num_chains : int
-        Chains, run one after the other.
+        Chains, run one after the other (one compiled chain).
     target_accept_prob : float
         NUTS's step-size adaptation target, in (0, 1).
     max_tree_depth : int
@@ -236,7 +266,7 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
         is 10): the rotation W -> Q W is a flat direction of the likelihood, held only
         by the prior, along which trajectories would otherwise run to the cap.
     progress_bar : bool
-        NumPyro's progress bar.
+        tqdm bar over all iterations, advanced from inside the jitted chain.
 
     Returns
     -------
@@ -259,21 +289,26 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
         raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}")
     key_init, key_run = jax.random.split(rng_key)
     start = _start(key_init, x, num_components)
-    model = partial(ppca.model, collapsed=True, sigma=None)
-    kernel = NUTS(model, init_strategy=init_to_value(values=start),
-                  target_accept_prob=float(target_accept_prob), max_tree_depth=max_tree_depth)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="sequential", progress_bar=progress_bar)
-    mcmc.run(key_run, x, num_components=num_components, extra_fields=("diverging", "num_steps"))
-    draws = mcmc.get_samples(group_by_chain=True)
+    # The chains' keys as numpyro's MCMC splits them (one chain: the key itself).
+    keys = jax.random.split(key_run, num_chains) if num_chains > 1 else key_run[None]
+    settings = dict(num_components=num_components, num_warmup=num_warmup,
+                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
+                    max_tree_depth=max_tree_depth)
+    with progress((num_warmup + num_samples) * num_chains, "PPCA NUTS", progress_bar,
+                  loop_length=num_warmup + num_samples) as every:
+        chains = [_nuts_chain(keys[c], x, start, progress_every=every, **settings)
+                  for c in range(num_chains)]
+        sites, diverging, steps = jax.block_until_ready(
+            jax.tree.map(lambda *a: jnp.stack(a), *chains))
+    draws = {name: value[:, num_warmup:] for name, value in sites.items()}
     weights = np.asarray(draws["W"], np.float64)
     gram = np.einsum("csqa,csqb->csab", weights, weights)
     rows, cols = np.triu_indices(x.shape[1])
     sigma = np.asarray(draws["sigma"])
     invariants = np.concatenate([gram[..., rows, cols], sigma[..., None]], axis=-1)
     r_hat = float(np.nanmax(split_gelman_rubin(invariants)))
-    num_divergent = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
-    num_gradients = int(np.sum(np.asarray(mcmc.get_extra_fields()["num_steps"], np.int64)))
+    num_divergent = int(np.sum(np.asarray(diverging[:, num_warmup:])))
+    num_gradients = int(np.sum(np.asarray(steps[:, num_warmup:], np.int64)))
     converged = r_hat <= R_HAT_THRESHOLD and num_divergent == 0
     if not r_hat <= R_HAT_THRESHOLD:
         warnings.warn(f"fit_ppca_mcmc: largest split R-hat over W^T W and sigma is {r_hat:.3g} "
