@@ -291,7 +291,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
                covariance: str = "full", old_posterior: str = "zero",
                init: str = "kmeans++", init_means=None, prior_count=None,
                trace_every=None, min_share: float = 0.01, reg_covar: float = 1e-6,
-               min_weight: float = 1e-4) -> OnlineResult:
+               min_weight: float = 1e-4, progress_bar: bool = False) -> OnlineResult:
     """Learn a mixture online from a shuffled stream of the examples of ``x``.
 
     Parameters
@@ -335,6 +335,8 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         Added to covariance diagonals when the posterior is evaluated.
     min_weight : float
         Adaptive EM prunes a unit whose weight falls below it.
+    progress_bar : bool
+        A tqdm bar over the passes (the engine's).
 
     Returns
     -------
@@ -399,7 +401,8 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     start = PassState(state, jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, x.dtype))
     fitted = run_engine(algorithm, jax.tree.map(lambda leaf: leaf[None], start), (x,),
                         (key_order, min_share, tol, max_iterations, numbers),
-                        keys=key_order[None], max_iterations=max_iterations)
+                        keys=key_order[None], max_iterations=max_iterations,
+                        progress_bar=progress_bar)
     final, passes, num_iterations, converged = select(fitted, 0)
     state = final.online
     recorded = np.asarray(passes.recorded)

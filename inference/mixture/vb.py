@@ -206,7 +206,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
                    max_iterations: int = 500, tol: float = 1e-7, mean_prior_mean=None,
                    mean_prior_scale=None, dof_prior=None,
-                   covariance_prior=None) -> VBMixtureResult:
+                   covariance_prior=None, progress_bar: bool = False) -> VBMixtureResult:
     """Variational Bayes Gaussian mixture with type-II ML weights and pruning.
 
     Parameters
@@ -235,6 +235,8 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         Hyperparameters m0 (d,), beta0^-1/2 > 0, nu0 > d - 1, W0^-1 (positive
         scalar or positive-definite (d, d)); ``None`` derives them from the data
         (``ppl_models.vb_mixture.prior_from_data``).
+    progress_bar : bool
+        A tqdm bar over the iterations (the engine's).
 
     Returns
     -------
@@ -295,7 +297,8 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                            name="fit_vb_mixture"),
                  states, (x,), (prior, jnp.asarray(prune_threshold, x.dtype),
                                 jnp.asarray(tol, x.dtype) * num_examples),
-                 keys=jax.random.split(rng_key, 1), max_iterations=max_iterations)
+                 keys=jax.random.split(rng_key, 1), max_iterations=max_iterations,
+                 progress_bar=progress_bar)
     # The trace's used length and the surviving components depend on the data: they are
     # cut on the host (inference.engine.host), so that a repeated fit compiles nothing new.
     state, trace, num_iterations, _ = select(fitted, 0)
