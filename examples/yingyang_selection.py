@@ -125,7 +125,7 @@ def estimates(data, key, candidates, num_start, num_restarts, seed, vb_bound=Tru
         found[name], seconds[name] = fit.num_components, time.perf_counter() - start
         traces[name] = np.asarray(fit.trace.num_components)
     start = time.perf_counter()
-    rpcl = fit_online(data.x, num_start, method="rpcl", rng_key=keys[4], num_passes=20)
+    rpcl = fit_online(data.x, num_start, method="rpcl", rng_key=keys[4], max_iterations=20)
     found["RPCL"], seconds["RPCL"] = rpcl.num_components, time.perf_counter() - start
     start = time.perf_counter()
     found["sklearn BayesianGMM"] = _bayesian_gmm(data.x, num_start, seed=seed)

@@ -33,13 +33,13 @@ def _centre_distances(means, centres):
 def test_rpcl_drives_the_extra_units_off_the_data_and_cl_does_not(four_clusters, seed):
     x, centres, _ = four_clusters
     key = jax.random.key(seed)
-    rpcl = fit_online(x, 8, method="rpcl", rng_key=key, num_passes=5)
+    rpcl = fit_online(x, 8, method="rpcl", rng_key=key, max_iterations=5)
     # Exactly the 4 true units remain, one within 0.5 sd of every centre.
     assert rpcl.num_components == 4
     near = _centre_distances(rpcl.means, centres)
     assert sorted(np.argmin(near, axis=1).tolist()) == [0, 1, 2, 3]
     assert np.max(np.min(near, axis=1)) < 0.5
-    assert int(rpcl.num_used_trace[-1]) == 4 and rpcl.error_trace.shape == (5,)
+    assert int(rpcl.trace.num_used[-1]) == 4 and rpcl.trace.error.shape == (5,)
     # The 4 extra units win (almost) nothing and were driven off: more than 3 sd from
     # every centre, more than 1 from every example (measured: 4.0-4.4 and 1.2-1.9 at seed 0).
     extra = ~np.asarray(rpcl.used)
@@ -50,11 +50,11 @@ def test_rpcl_drives_the_extra_units_off_the_data_and_cl_does_not(four_clusters,
     assert np.all(np.asarray(rpcl.displacement)[extra] > 1.0)
     # Plain CL from the same start (same key) keeps all 8 units inside the data,
     # each winning a share: it splits clusters instead of selecting k.
-    cl = fit_online(x, 8, method="cl", rng_key=key, num_passes=5)
+    cl = fit_online(x, 8, method="cl", rng_key=key, max_iterations=5)
     assert cl.num_components == 8
     assert np.all(np.asarray(cl.distance_to_data) < 0.5)
     # Without the rival's de-learning (eq. 28 winner only) more than 4 units stay in use.
-    no_rival = fit_online(x, 8, method="rpcl", rng_key=key, num_passes=5, delearning_rate=0.0)
+    no_rival = fit_online(x, 8, method="rpcl", rng_key=key, max_iterations=5, delearning_rate=0.0)
     assert no_rival.num_components > 4
 
 
@@ -62,7 +62,7 @@ def test_rpcl_drives_the_extra_units_off_the_data_and_cl_does_not(four_clusters,
 def test_adaptive_em_approaches_batch_em_and_the_previous_estimate_stalls(four_clusters):
     x, _, start = four_clusters
     batch = fit_mixture(x, 4, mode="stochastic", init_means=start)
-    online = fit_online(x, 4, method="adaptive_em", rng_key=jax.random.key(0), num_passes=6,
+    online = fit_online(x, 4, method="adaptive_em", rng_key=jax.random.key(0), max_iterations=6,
                         init_means=start)
     dist = _centre_distances(online.means, np.asarray(batch.means))
     rows, cols = linear_sum_assignment(dist)
@@ -74,15 +74,15 @@ def test_adaptive_em_approaches_batch_em_and_the_previous_estimate_stalls(four_c
                                atol=1e-3)
     np.testing.assert_allclose(np.asarray(online.covariances)[rows],
                                np.asarray(batch.covariances)[cols], atol=0.1)
-    trace = np.asarray(online.log_likelihood_trace)
+    trace = np.asarray(online.trace.objective)
     assert abs(trace[-1] - (-batch.L_stocha)) < 5e-4
     assert np.all(np.diff(trace) > 0)               # it climbs pass after pass
     assert trace[-1] - trace[0] > 3e-4              # measured 1.2e-3
     # The paper's "second latest values" estimate of P^(t)(y|x_t): the same first pass,
     # then h = 0 because the parameters do not move (every value is a fixed point).
-    stalled = fit_online(x, 4, method="adaptive_em", rng_key=jax.random.key(0), num_passes=6,
+    stalled = fit_online(x, 4, method="adaptive_em", rng_key=jax.random.key(0), max_iterations=6,
                          init_means=start, old_posterior="previous")
-    stalled_trace = np.asarray(stalled.log_likelihood_trace)
+    stalled_trace = np.asarray(stalled.trace.objective)
     assert stalled_trace[0] == pytest.approx(trace[0], abs=1e-6)
     assert np.max(np.abs(stalled_trace - stalled_trace[0])) < 1e-6
 
@@ -169,7 +169,7 @@ def test_scan_driver_equals_a_loop_of_the_jitted_step(four_clusters, method, num
     leaves = jax.tree.leaves(jax.tree.map(lambda a: a[11], infos))
     for a, b in zip(jax.tree.leaves(info), leaves, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    fitted = fit_online(x, num_components, method=method, rng_key=key, num_passes=num_passes,
+    fitted = fit_online(x, num_components, method=method, rng_key=key, max_iterations=num_passes,
                         init_means=start)
     np.testing.assert_allclose(np.asarray(fitted.all_means), np.asarray(scanned.means),
                                rtol=1e-5, atol=1e-5)
@@ -191,7 +191,7 @@ def test_scan_driver_equals_a_loop_of_the_jitted_step(four_clusters, method, num
     ({"learning_rate": "fast"}, TypeError, "learning_rate must be a number"),
     ({"delearning_rate": -0.1}, ValueError, "delearning_rate must lie in"),
     ({"min_share": 2.0}, ValueError, "min_share must lie in"),
-    ({"num_passes": 0}, ValueError, "num_passes must be at least 1"),
+    ({"max_iterations": 0}, ValueError, "max_iterations must be at least 1"),
     ({"trace_every": 1.5}, TypeError, "trace_every must be an integer"),
     ({"num_components": 11}, ValueError, "num_components=11 exceeds the 10 distinct"),
     ({"num_components": 0}, ValueError, "num_components must be at least 1"),
@@ -212,3 +212,25 @@ def test_step_rejects_unknown_options_naming_them():
         step(state, jnp.zeros(2), method="som")
     with pytest.raises(ValueError, match="delearning must be one of"):
         step(state, jnp.zeros(2), method="rpcl", delearning="strong")
+
+
+def test_passes_stop_at_tol_and_run_every_pass_without_it(four_clusters):
+    """One engine iteration a pass: with tol the passes stop once the mean log-likelihood
+    settles (converged, one trace point per pass run); tol=0 runs every pass."""
+    x, _, start = four_clusters
+    key = jax.random.key(0)
+    every = fit_online(x, 4, method="cl_posterior", rng_key=key, max_iterations=12,
+                       init_means=start, schedule="count")
+    assert every.num_iterations == 12 and not every.converged
+    assert every.trace.objective.shape == (12,)
+    settled = fit_online(x, 4, method="cl_posterior", rng_key=key, max_iterations=12,
+                         init_means=start, schedule="count", tol=1e-3)
+    assert settled.converged and 2 <= settled.num_iterations < 12
+    assert settled.trace.objective.shape == (settled.num_iterations,)
+    assert settled.num_steps == settled.num_iterations * x.shape[0]
+    # The passes it ran are those of the full run, to the last step.
+    np.testing.assert_array_equal(np.asarray(settled.trace.objective),
+                                  np.asarray(every.trace.objective)[:settled.num_iterations])
+    final = np.asarray(every.trace.objective)
+    change = np.abs(np.diff(final)) / np.abs(final[:-1])
+    assert settled.num_iterations == int(np.argmax(change <= 1e-3)) + 2

@@ -6,8 +6,8 @@ hands it to :func:`run`; this module does the rest, once for every algorithm
 Optax's pure transformations from the loop that drives them):
 
 * **restarts**: the states of several starts run side by side, vmapped (or mapped
-  in batches of ``restart_batch`` starts to bound memory); a start that has
-  converged stays put while the others go on;
+  in batches of ``restart_batch`` starts to bound memory; a single start runs
+  unbatched); a start that has converged stays put while the others go on;
 * **convergence and trace**: each iteration's ``info`` (a NamedTuple of scalars
   with at least ``objective``) is written into a per-start trace; a start has
   converged when its step says so (an ``info.converged`` field) or, for steps that
@@ -206,6 +206,12 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
         return new_state, info, converged
 
     def all_starts(keys, counts, states, previous, done):
+        if restart_batch is None and keys.shape[0] == 1:
+            # One start runs unbatched: XLA compiles a vmap of one differently, and the
+            # float rounding of a single fit stays that of its step alone (a step's
+            # lax.cond stays a branch instead of both sides computed).
+            out = one(*jax.tree.map(lambda a: a[0], (keys, counts, states, previous, done)))
+            return jax.tree.map(lambda a: a[None], out)
         if restart_batch is None:
             return jax.vmap(one)(keys, counts, states, previous, done)
         return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done),

@@ -1,5 +1,11 @@
 """The mixture fitted by SVI (a MAP point, ``AutoDelta``, on the enumerated program):
-:func:`fit_mixture_svi` and its checkpointed driver."""
+:func:`fit_mixture_svi`.
+
+The SVI runs through the engine (:func:`inference.engine.run`): an
+:class:`~inference.engine.Algorithm` whose step is ``svi.update`` and whose objective is
+the loss, run for exactly ``num_steps`` (progress bar, checkpoints and resume from the
+engine).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ from numpyro import handlers
 from numpyro.infer import SVI, TraceEnum_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
-from inference.engine.progress import progress
+from inference.engine import Algorithm, run
+from inference.engine.checkpoint import checkpointing, svi_ready, svi_start
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
     check_common,
@@ -90,41 +97,42 @@ def _mixture_svi(init_values, learning_rate, covariance, num_steps):
     return SVI(mixture.model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=1))
 
 
-@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_start(rng_key, x, init_values, learning_rate, prior_scale, *, covariance, num_components,
-               num_steps):
-    """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
-    from inference.engine.checkpoint import svi_start
+class SVIInfo(NamedTuple):
+    """Per-step information: ``objective`` (the loss, -ELBO, before the step's update) and
+    ``converged`` (never: the SVI runs for exactly ``num_steps``)."""
 
+    objective: jax.Array
+    converged: jax.Array
+
+
+def svi_step(rng_key, state, data, params, *, shard, covariance, num_components, num_steps):
+    """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
+    step; the SVI state carries its own key, so ``rng_key`` is unused."""
+    (x,) = data
+    init_values, learning_rate, prior_scale = params
+    kwargs = model_kwargs(covariance, num_components, prior_scale)
+    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), state, x,
+                    **kwargs)
+    state, loss = svi.update(state, x, **kwargs)
+    return state, SVIInfo(loss, jnp.asarray(False))
+
+
+@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
+def _svi_states(rng_key, x, init_values, learning_rate, prior_scale, *, covariance,
+                num_components, num_steps):
+    """The SVI state before the first step, stacked as the engine's one start."""
     kwargs = model_kwargs(covariance, num_components, prior_scale)
     svi = _mixture_svi(init_values, learning_rate, covariance, num_steps)
-    return svi_start(svi.init(rng_key, x, **kwargs), num_steps, x.dtype)
-
-
-@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps",
-                                   "progress_every"))
-def _svi_advance(carry, x, init_values, learning_rate, prior_scale, stop_at, *, covariance,
-                 num_components, num_steps, progress_every=0):
-    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
-    :func:`inference.engine.checkpoint.svi_advance`)."""
-    from inference.engine.checkpoint import svi_advance, svi_ready
-
-    kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), carry[0], x,
-                    **kwargs)
-    return svi_advance(lambda state: svi.update(state, x, **kwargs), carry, stop_at,
-                       progress_every)
+    state = svi_start(svi.init(rng_key, x, **kwargs), 1, x.dtype)[0]
+    return jax.tree.map(lambda leaf: leaf[None], state)
 
 
 @partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_finish(carry, x, init_values, learning_rate, prior_scale, *, covariance, num_components,
-                num_steps):
-    """(sites, losses, log prior) from the last SVI carry."""
-    from inference.engine.checkpoint import svi_ready
-
+def _svi_finish(state, x, init_values, learning_rate, prior_scale, *, covariance,
+                num_components, num_steps):
+    """(sites, log prior) from the last SVI state."""
     model = mixture.model
     kwargs = model_kwargs(covariance, num_components, prior_scale)
-    state, losses, _ = carry
     svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), state, x,
                     **kwargs)
     params = svi.get_params(state)  # constrained values
@@ -132,28 +140,7 @@ def _svi_finish(carry, x, init_values, learning_rate, prior_scale, *, covariance
     trace = handlers.trace(handlers.seed(handlers.substitute(model, data=sites), 0)).get_trace(
         x, **kwargs)
     log_prior = sum(jnp.sum(trace[name]["fn"].log_prob(trace[name]["value"])) for name in sites)
-    return sites, losses, log_prior
-
-
-def _svi_checkpointed(rng_key, x, init_values, learning_rate, prior_scale, *, covariance,
-                      num_components, num_steps, progress_every, checkpoint_path,
-                      checkpoint_every, resume_from, options):
-    """All SVI steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk without
-    checkpoint options); returns (sites, losses, log prior). ``options`` are saved with
-    the checkpoints beside x's and the start's SHA-256."""
-    from inference.engine import checkpoint
-
-    path, every, resume, saved = checkpoint.prepare(
-        checkpoint_path, checkpoint_every, resume_from, options, data=(x,),
-        start=tuple(init_values.values()))
-    common = dict(covariance=covariance, num_components=num_components, num_steps=num_steps)
-    carry = checkpoint.run_chunks(
-        lambda carry, stop_at: _svi_advance(carry, x, init_values, learning_rate, prior_scale,
-                                            stop_at, progress_every=progress_every, **common),
-        lambda: _svi_start(rng_key, x, init_values, learning_rate, prior_scale, **common),
-        total=num_steps, finished=lambda carry: False, kind="fit_mixture_svi", options=saved,
-        checkpoint_path=path, checkpoint_every=every, resume_from=resume)
-    return _svi_finish(carry, x, init_values, learning_rate, prior_scale, **common)
+    return sites, log_prior
 
 
 def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full",
@@ -172,7 +159,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     term). Optimiser: Adam on the unconstrained parameters (NumPyro's bijections:
     stick-breaking for alpha, exp for sd, the LKJ Cholesky map for corr) with its
     step size decayed by a cosine from ``learning_rate`` to 1% of it; all steps run
-    in one jitted ``lax.scan``.
+    in the engine's one compiled loop.
 
     MAP, not maximum likelihood: the objective adds log p(theta) to the
     log-likelihood. The Dirichlet(1) prior on alpha is flat (no effect), the
@@ -247,14 +234,24 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     weights, means, cov = initial_parameters(key_means, x, k, covariance, init_means,
                                               init_weights, init_covariances)
     init_values = site_values(weights, means, cov, covariance)
-    with progress(num_steps, "mixture SVI", progress_bar) as every:
-        sites, losses, log_prior = jax.block_until_ready(_svi_checkpointed(
-            key_run, x, init_values, jnp.asarray(learning_rate, x.dtype),
-            jnp.asarray(prior_scale, x.dtype), covariance=covariance, num_components=k,
-            num_steps=num_steps, progress_every=every, checkpoint_path=checkpoint_path,
-            checkpoint_every=checkpoint_every, resume_from=resume_from,
-            options=dict(num_components=k, covariance=covariance, num_steps=num_steps,
-                         learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key)))
+    learning_rate_value = jnp.asarray(learning_rate, x.dtype)
+    prior_scale_value = jnp.asarray(prior_scale, x.dtype)
+    common = dict(covariance=covariance, num_components=k, num_steps=num_steps)
+    checkpoint = checkpointing(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(num_components=k, covariance=covariance, num_steps=num_steps,
+             learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key),
+        data=(x,), start=tuple(init_values.values()))
+    states = _svi_states(key_run, x, init_values, learning_rate_value, prior_scale_value,
+                         **common)
+    fitted = run(Algorithm(svi_step, options=tuple(common.items()), name="fit_mixture_svi"),
+                 states, (x,), (init_values, learning_rate_value, prior_scale_value),
+                 keys=key_run[None], max_iterations=num_steps, progress_bar=progress_bar,
+                 checkpoint=checkpoint)
+    state = jax.tree.map(lambda leaf: leaf[0], fitted.state)
+    sites, log_prior = jax.block_until_ready(_svi_finish(
+        state, x, init_values, learning_rate_value, prior_scale_value, **common))
+    losses = fitted.trace.objective[0]
     losses = losses / num
     weights, means, cov = parameters_from_sites(sites, covariance, dim)
     finite = all(bool(jnp.all(jnp.isfinite(v))) for v in (losses[-1], weights, means, cov))
@@ -274,7 +271,3 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
         weights=weights, means=means, covariances=cov, log_likelihood=-values["L_stocha"],
         log_prior=float(log_prior), trace=MixtureSVITrace(losses), labels=labels, num_components=k,
         num_steps=num_steps, converged=converged, covariance=covariance)
-
-
-# --- NUTS ------------------------------------------------------------------------------
-

@@ -3,8 +3,9 @@
 Seed 002 sec. 6 (``shared/MODELS.md`` 3). Every method is a pure, jittable
 :func:`step` that takes one example x_t of a stream, with :func:`run` (a
 ``lax.scan`` over a stream) and the driver :func:`fit_online` (shuffled passes
-over a data set, traced every ``trace_every`` steps). Posteriors are read from
-the program through :func:`inference.mixture.features.component_log_joint`.
+over a data set run through the engine, one pass an iteration,
+:mod:`inference.mixture.online_passes`; traced every ``trace_every`` steps).
+Posteriors are read from the program through :func:`inference.mixture.features.component_log_joint`.
 
 Methods (``METHODS``):
 
@@ -107,7 +108,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
+from inference.engine import Algorithm, host, select, warn_not_converged
+from inference.engine import run as run_engine
+from inference.engine.persistence import register_renamed_fields
+from inference.mixture.online_passes import PassState, num_slots, pass_step
 from inference.mixture.online_rules import (
     CRITERIA,
     DEFAULT_CRITERION,
@@ -128,13 +132,23 @@ from ppl_models.validation import (
     MissingKeyError,
     check_choice,
     check_data,
+    check_nonnegative,
     check_positive,
     check_positive_int,
     check_rng_key,
 )
 
 __all__ = ["METHODS", "SCHEDULES", "CRITERIA", "DELEARNING", "OnlineState", "OnlineInfo",
-           "OnlineResult", "init", "step", "run", "stream_order", "fit_online"]
+           "OnlineResult", "OnlineTrace", "init", "step", "run", "stream_order", "fit_online"]
+
+
+class OnlineTrace(NamedTuple):
+    """The trace points of :func:`fit_online` (one per pass by default)."""
+
+    objective: jax.Array
+    error: jax.Array
+    num_used: jax.Array
+    steps: jax.Array
 
 
 class OnlineResult(NamedTuple):
@@ -164,14 +178,18 @@ class OnlineResult(NamedTuple):
     displacement : array (k,)
         ||m_y(end) - m_y(start)|| for every unit.
     win_counts : array (k,)
-    error_trace : array (num_traces,)
-        E_MSE, the mean squared distance of the examples to their assigned unit,
-        after every ``trace_every`` steps (and at the end).
-    log_likelihood_trace : array (num_traces,)
-        Mean log-likelihood of the data under the mixture of the active units.
-    num_used_trace : int array (num_traces,)
-        Units with share >= ``min_share`` at every trace point.
-    trace_steps : int array (num_traces,)
+    trace : OnlineTrace
+        The trace points, one every ``trace_every`` steps and one at the end (with
+        the default ``trace_every``, one per pass: one per iteration):
+        ``objective``, the mean log-likelihood of the data under the mixture of the
+        active units; ``error``, E_MSE, the mean squared distance of the examples
+        to their assigned unit; ``num_used``, units with share >= ``min_share``;
+        ``steps``, the online steps taken.
+    num_iterations : int
+        Passes run.
+    converged : bool
+        The mean log-likelihood changed by at most ``tol`` (relative) over the last
+        pass; always False with ``tol`` = 0 (every pass runs).
     num_steps : int
     nonfinite : bool
         True when a parameter became non-finite (a NumericalWarning says so).
@@ -192,10 +210,9 @@ class OnlineResult(NamedTuple):
     distance_to_data: jax.Array
     displacement: jax.Array
     win_counts: jax.Array
-    error_trace: jax.Array
-    log_likelihood_trace: jax.Array
-    num_used_trace: jax.Array
-    trace_steps: jax.Array
+    trace: OnlineTrace
+    num_iterations: int
+    converged: bool
     num_steps: int
     nonfinite: bool
     num_start: int
@@ -205,38 +222,21 @@ class OnlineResult(NamedTuple):
     covariance: str
 
 
+def _old_online_result(values):
+    """An OnlineResult saved with ``error_trace``, ``log_likelihood_trace``,
+    ``num_used_trace`` and ``trace_steps`` (before the passes ran through the engine):
+    one :class:`OnlineTrace`; every pass ran, none converged by a test."""
+    values["trace"] = OnlineTrace(*(values.pop(name) for name in (
+        "log_likelihood_trace", "error_trace", "num_used_trace", "trace_steps")))
+    values["num_iterations"] = int(values["num_steps"]) // int(np.shape(values["labels"])[0])
+    values["converged"] = False
+    return values
+
+
+register_renamed_fields(OnlineResult, {"error_trace": "error_trace"},
+                        convert=_old_online_result)
+
 init_jit = jax.jit(init, static_argnames=("num_components", "init_method", "covariance"))
-_stream_jit = jax.jit(lambda key, x, num_passes: x[stream_order(key, x.shape[0], num_passes)],
-                      static_argnames=("num_passes",))
-
-
-@functools.partial(jax.jit, static_argnames=("num_chunks", "trace_every", "by_posterior",
-                                             "options"))
-def _fit(x, stream, state, min_share, numbers, *, num_chunks, trace_every, by_posterior,
-         options):
-    """The stream in chunks of ``trace_every`` steps (scan in scan), traced after each chunk."""
-    opts = dict(options)
-    total = stream.shape[0]
-    pad = num_chunks * trace_every - total
-    stream = jnp.concatenate([stream, jnp.zeros((pad, x.shape[1]), x.dtype)])
-    valid = jnp.arange(num_chunks * trace_every) < total
-    chunks = (stream.reshape(num_chunks, trace_every, -1), valid.reshape(num_chunks, -1))
-
-    def one(state, inputs):
-        x_t, ok = inputs
-        new, _ = step(state, x_t, **opts, **numbers)
-        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), None
-
-    def chunk(state, inputs):
-        state, _ = jax.lax.scan(one, state, inputs)
-        labels, log_px = assign(x, state, by_posterior, opts["covariance"],
-                                 numbers["reg_covar"], state.active)
-        e_mse = jnp.mean(jnp.sum((x - state.means[labels]) ** 2, axis=1))
-        shares = jnp.bincount(labels, length=state.means.shape[0]) / x.shape[0]
-        used = jnp.sum(state.active & (shares >= min_share)).astype(jnp.int32)
-        return state, (e_mse, jnp.mean(log_px), used, state.num_steps)
-
-    return jax.lax.scan(chunk, state, chunks)
 
 
 @functools.partial(jax.jit, static_argnames=("by_posterior", "covariance"))
@@ -285,13 +285,13 @@ def check_rate(value, name, *, lower_open=True, upper=1.0):
 
 
 def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
-               num_passes: int = 1, learning_rate: float = 0.05,
+               max_iterations: int = 1, tol: float = 0.0, learning_rate: float = 0.05,
                delearning_rate: float = 0.02, schedule: str = "constant", criterion=None,
                delearning=None,
                covariance: str = "full", old_posterior: str = "zero",
                init: str = "kmeans++", init_means=None, prior_count=None,
                trace_every=None, min_share: float = 0.01, reg_covar: float = 1e-6,
-               min_weight: float = 1e-4) -> OnlineResult:
+               min_weight: float = 1e-4, progress_bar: bool = False) -> OnlineResult:
     """Learn a mixture online from a shuffled stream of the examples of ``x``.
 
     Parameters
@@ -303,8 +303,12 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     rng_key : jax.random key
         Shuffles every pass (:func:`stream_order`) and, unless ``init_means`` is
         given, draws the initial means.
-    num_passes : int
-        Passes over the data; the stream has num_passes * num_examples steps.
+    max_iterations : int
+        Passes over the data at most (each in a fresh random order); the stream
+        has up to max_iterations * num_examples steps.
+    tol : float
+        Stop after a pass that changed the mean log-likelihood by at most ``tol``
+        relative to the pass before; 0 (the default) runs every pass.
     learning_rate, delearning_rate : float
         Winner's rate in (0, 1] and rival's rate in [0, 1] (``"rpcl"``); see
         ``schedule``. Unused by adaptive EM, whose rate is h / a_y (eq. 25).
@@ -331,6 +335,8 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         Added to covariance diagonals when the posterior is evaluated.
     min_weight : float
         Adaptive EM prunes a unit whose weight falls below it.
+    progress_bar : bool
+        A tqdm bar over the passes (the engine's).
 
     Returns
     -------
@@ -357,7 +363,8 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         raise ValueError(f"num_components={k} exceeds the {distinct} distinct example(s) in x")
     if float(jnp.mean(jnp.var(x, axis=0))) == 0.0:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
-    num_passes = check_positive_int(num_passes, "num_passes")
+    max_iterations = check_positive_int(max_iterations, "max_iterations")
+    tol = check_nonnegative(tol, "tol")
     learning_rate = check_rate(learning_rate, "learning_rate")
     delearning_rate = check_rate(delearning_rate, "delearning_rate", lower_open=False)
     min_share = check_rate(min_share, "min_share", lower_open=False)
@@ -366,7 +373,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         check_positive(reg_covar, "reg_covar")
     if prior_count is not None:
         check_positive(prior_count, "prior_count")
-    total = num * num_passes
+    total = num * max_iterations
     trace_every = num if trace_every is None else check_positive_int(trace_every, "trace_every")
     trace_every = min(trace_every, total)
     if rng_key is None:
@@ -387,10 +394,22 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     state = init_jit(key_init, x, k, init_method=init, means=init_means,
                       covariance=covariance, prior_count=prior_count)
     start_means = state.means
-    stream = _stream_jit(key_order, x, num_passes=num_passes)
-    state, (e_trace, ll_trace, used_trace, steps) = _fit(
-        x, stream, state, min_share, numbers, num_chunks=-(-total // trace_every),
-        trace_every=trace_every, by_posterior=by_posterior, options=options)
+    slots = num_slots(num, trace_every)
+    algorithm = Algorithm(pass_step, name="fit_online", options=(
+        ("trace_every", trace_every), ("slots", slots), ("by_posterior", by_posterior),
+        ("options", options)))
+    start = PassState(state, jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, x.dtype))
+    fitted = run_engine(algorithm, jax.tree.map(lambda leaf: leaf[None], start), (x,),
+                        (key_order, min_share, tol, max_iterations, numbers),
+                        keys=key_order[None], max_iterations=max_iterations,
+                        progress_bar=progress_bar)
+    final, passes, num_iterations, converged = select(fitted, 0)
+    state = final.online
+    recorded = np.asarray(passes.recorded)
+    trace = OnlineTrace(*(host.array(np.asarray(field)[recorded]) for field in (
+        passes.log_likelihood, passes.error, passes.num_used, passes.steps)))
+    if tol > 0:
+        warn_not_converged("fit_online", converged, max_iterations, f"tol={tol}")
     summary = _summary(x, state, start_means, min_share, float(reg_covar),
                        by_posterior=by_posterior, covariance=covariance)
     used = np.asarray(summary["used"])
@@ -409,7 +428,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         used=host.array(used), shares=summary["shares"], all_weights=state.weights,
         all_means=state.means, all_covariances=state.covariances,
         distance_to_data=summary["distance"], displacement=summary["displacement"],
-        win_counts=state.counts, error_trace=e_trace, log_likelihood_trace=ll_trace,
-        num_used_trace=used_trace, trace_steps=steps, num_steps=int(state.num_steps),
+        win_counts=state.counts, trace=trace, num_iterations=num_iterations,
+        converged=converged, num_steps=int(state.num_steps),
         nonfinite=nonfinite, num_start=k, method=method, criterion=criterion,
         schedule=schedule, covariance=covariance)

@@ -60,7 +60,8 @@ dropped, and E[log|Lambda|] and the KL term become sums over dimensions.
 
 The state has a fixed size (``max_components`` slots with an ``active`` mask),
 so :func:`init` and :func:`step` are pure and jittable and the driver
-:func:`fit_vb_mixture` iterates with ``lax.while_loop``.
+:func:`fit_vb_mixture` runs the step through the engine (:func:`inference.engine.run`:
+the convergence test is the step's own, the trace is cut at convergence).
 
 References
 ----------
@@ -79,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
+from inference.engine import Algorithm, host, run, select, warn_not_converged
 from inference.engine.persistence import register_renamed_fields
 from inference.mixture.vb_maths import (
     COVARIANCES,
@@ -90,10 +91,11 @@ from inference.mixture.vb_maths import (
     chol_inverse,
     diagonal_prior,
     init,
-    run_em,
+    initial_states,
     step,
+    vb_step,
 )
-from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
     check_data,
@@ -204,7 +206,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
                    max_iterations: int = 500, tol: float = 1e-7, mean_prior_mean=None,
                    mean_prior_scale=None, dof_prior=None,
-                   covariance_prior=None) -> VBMixtureResult:
+                   covariance_prior=None, progress_bar: bool = False) -> VBMixtureResult:
     """Variational Bayes Gaussian mixture with type-II ML weights and pruning.
 
     Parameters
@@ -233,6 +235,8 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         Hyperparameters m0 (d,), beta0^-1/2 > 0, nu0 > d - 1, W0^-1 (positive
         scalar or positive-definite (d, d)); ``None`` derives them from the data
         (``ppl_models.vb_mixture.prior_from_data``).
+    progress_bar : bool
+        A tqdm bar over the iterations (the engine's).
 
     Returns
     -------
@@ -287,18 +291,22 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     prior = diagonal_prior(VBPrior(
         jnp.asarray(prior.mean, x.dtype), jnp.asarray(prior.mean_scale, x.dtype),
         jnp.asarray(prior.dof, x.dtype), jnp.asarray(prior.covariance, x.dtype)), covariance)
-    state, (bounds, counts, pruned), _ = run_em(
-        rng_key, x, prior, jnp.asarray(prune_threshold, x.dtype), jnp.asarray(tol, x.dtype),
-        max_components=max_components, max_iterations=max_iterations, covariance=covariance)
+    states = initial_states(rng_key, x, prior, max_components=max_components,
+                            covariance=covariance)
+    fitted = run(Algorithm(vb_step, options=(("covariance", covariance),),
+                           name="fit_vb_mixture"),
+                 states, (x,), (prior, jnp.asarray(prune_threshold, x.dtype),
+                                jnp.asarray(tol, x.dtype) * num_examples),
+                 keys=jax.random.split(rng_key, 1), max_iterations=max_iterations,
+                 progress_bar=progress_bar)
+    # The trace's used length and the surviving components depend on the data: they are
+    # cut on the host (inference.engine.host), so that a repeated fit compiles nothing new.
+    state, trace, num_iterations, _ = select(fitted, 0)
     if bool(state.all_pruned):
         raise ValueError(
             f"prune_threshold={prune_threshold} would prune every component (all weights "
             f"fell below it at iteration {int(state.iteration)}); lower it")
-    num_iterations = int(state.iteration)
-    # The traces' used length and the surviving components depend on the data: they are
-    # cut on the host (inference.engine.host), so that a repeated fit compiles nothing new.
-    bounds, counts, pruned = (host.head(trace, num_iterations)
-                              for trace in (bounds, counts, pruned))
+    bounds, counts, pruned = trace.objective, trace.num_components, trace.pruned_count
     bounds_np, pruned_np = np.asarray(bounds), np.asarray(pruned)
     finite = bool(np.all(np.isfinite(bounds_np)))
     change = np.diff(np.asarray(bounds_np, dtype=np.float64))
@@ -317,10 +325,8 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         worst = float(np.min(change))
         warnings.warn(f"fit_vb_mixture: the bound decreased by {-worst:.3g}, more than "
                       "rounding and pruning explain", NumericalWarning, stacklevel=2)
-    if finite and not converged:
-        warnings.warn(f"fit_vb_mixture: not converged after {num_iterations} iterations "
-                      f"(max_iterations={max_iterations}, tol={tol})", ConvergenceWarning,
-                      stacklevel=2)
+    if finite:
+        warn_not_converged("fit_vb_mixture", converged, num_iterations, f"tol={tol}")
     keep = np.flatnonzero(np.asarray(state.active))
     resp = host.take(state.responsibilities, keep, axis=1)
     # Precisions and covariances of every component (a fixed shape; component by

@@ -1,5 +1,5 @@
 """The variational-Bayes mixture's mathematics: its state, the bound, one
-coordinate-ascent step, the start and the jitted loop."""
+coordinate-ascent step (also as the engine's :func:`vb_step`) and the start."""
 
 from __future__ import annotations
 
@@ -313,31 +313,35 @@ def init(rng_key, x, max_components: int, prior: VBPrior,
         iteration=jnp.array(0, jnp.int32), all_pruned=jnp.array(False))
 
 
-@functools.partial(jax.jit, static_argnames=("max_components", "max_iterations", "covariance"))
-def run_em(rng_key, x, prior, prune_threshold, tol, *, max_components, max_iterations,
-         covariance):
-    state = init(rng_key, x, max_components, prior, covariance)
-    traces = (jnp.full(max_iterations, jnp.nan, x.dtype),
-              jnp.zeros(max_iterations, jnp.int32), jnp.zeros(max_iterations, x.dtype))
-    scale = tol * x.shape[0]
+class VBStepInfo(NamedTuple):
+    """One iteration's record for the engine (:func:`vb_step`): ``objective`` (the bound
+    L(Q)), ``num_components``, ``pruned_count`` (:class:`VBMixtureInfo`) and
+    ``converged`` (the run stops: the bound settled with nothing pruned, every component
+    would be pruned, or the bound is not finite)."""
 
-    def cond(carry):
-        state, _, done = carry
-        return (state.iteration < max_iterations) & ~done
-
-    def body(carry):
-        state, (bounds, counts, pruned), _ = carry
-        new, info = step(state, x, prior, prune_threshold, covariance)
-        t = state.iteration
-        bounds = bounds.at[t].set(info.bound)
-        counts = counts.at[t].set(info.num_components.astype(jnp.int32))
-        pruned = pruned.at[t].set(info.pruned_count)
-        settled = ((jnp.abs(info.bound_change) <= scale) & (info.pruned_count == 0)
-                   & (new.iteration >= 2))
-        done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
-        return new, (bounds, counts, pruned), done
-
-    state, traces, done = jax.lax.while_loop(cond, body, (state, traces, jnp.array(False)))
-    return state, traces, done
+    objective: jax.Array
+    num_components: jax.Array
+    pruned_count: jax.Array
+    converged: jax.Array
 
 
+def vb_step(rng_key, state, data, params, *, shard, covariance):
+    """:func:`step` as an :class:`inference.engine.Algorithm` step (deterministic:
+    ``rng_key`` unused). ``params`` = (prior, prune_threshold, scale): the run stops once
+    the bound changes by at most ``scale`` (``tol`` times the number of examples) in an
+    iteration that pruned nothing, from the second iteration on."""
+    (x,) = data
+    prior, prune_threshold, scale = params
+    new, info = step(state, x, prior, prune_threshold, covariance)
+    settled = ((jnp.abs(info.bound_change) <= scale) & (info.pruned_count == 0)
+               & (new.iteration >= 2))
+    done = settled | new.all_pruned | ~jnp.isfinite(info.bound)
+    return new, VBStepInfo(info.bound, info.num_components.astype(jnp.int32),
+                           info.pruned_count, done)
+
+
+@functools.partial(jax.jit, static_argnames=("max_components", "covariance"))
+def initial_states(rng_key, x, prior, *, max_components, covariance):
+    """:func:`init`, stacked as the engine's one start."""
+    return jax.tree.map(lambda leaf: leaf[None],
+                        init(rng_key, x, max_components, prior, covariance))

@@ -420,7 +420,7 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
 
 def _svi_case(which):
     """(module of the fit's chunk function, ``run(**options)``) of a small SVI fit of each
-    wrapper (GVQ's runs through the engine's loop)."""
+    wrapper (GVQ's and the mixture's run through the engine's loop)."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
     from inference.mixture import baselines_svi as mixture_baselines
@@ -433,7 +433,7 @@ def _svi_case(which):
     if which == "mixture":
         centres = np.repeat(np.array([[0.0, 0.0], [4.0, 0.0]]), 30, axis=0)
         x = np.asarray(jax.random.normal(jax.random.key(0), (60, 2))) + centres
-        return mixture_baselines, lambda num_steps=30, **kw: mixture_baselines.fit_mixture_svi(
+        return engine_loop, lambda num_steps=30, **kw: mixture_baselines.fit_mixture_svi(
             x, 2, rng_key=jax.random.key(1), covariance="diag", num_steps=num_steps, **kw)
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=20, dim=4, num_vqs=2,
                                        num_states=2).x)
