@@ -147,7 +147,7 @@ def test_fit_variational_raises_the_elbo():
         p = _tiny(np.random.default_rng(4), num=6, dim=5, num_vqs=2, num_states=3)
         kw = dict(mask=p["mask"], a=p["a"], b=p["b"])
         energies = [float(free_energy(p["x"], *fit_variational(p["x"], p["mu"], p["sigma"],
-                                                                g=p["g"], num_iterations=n, **kw),
+                                                                g=p["g"], max_iterations=n, **kw),
                                       p["mu"], p["sigma"], **kw)) for n in (1, 2, 5, 20)]
         assert all(later <= earlier + 1e-10 for earlier, later in
                    zip(energies, energies[1:], strict=False))

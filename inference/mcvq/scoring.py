@@ -141,7 +141,7 @@ def exact_log_likelihood(x, mu, sigma, *, mask=None, a=None, b=None):
 
 
 @jax.jit
-def _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations):
+def _coordinate_ascent(x, mask, mu, sigma, a, b, g, max_iterations):
     ell = mcvq_fit.likelihood_terms(x, mask, mu, sigma)
     temperature = x.shape[0]
 
@@ -149,12 +149,12 @@ def _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations):
         m = core.reference_e_step(ell, g, b)
         return core.reference_g_step(ell, m, a, temperature)
 
-    g = jax.lax.fori_loop(0, num_iterations, body, g)
+    g = jax.lax.fori_loop(0, max_iterations, body, g)
     return g, core.reference_e_step(ell, g, b)
 
 
 def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
-                    num_iterations: int = 50):
+                    max_iterations: int = 50):
     """The factorised (g, m) for fixed mu, sigma: E-steps and g-steps at T = N (sec. 3).
 
     Each step is the exact block minimiser of F_N (MODELS.md 4.2) with mu,
@@ -168,7 +168,9 @@ def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
     mask, a, b : optional, as in :func:`exact_log_likelihood`
     g : array (D, K), optional
         Start (default: a).
-    num_iterations : int
+    max_iterations : int
+        Sweeps of an E-step and a g-step; all of them run (no convergence test, so no
+        ``tol``).
 
     Returns
     -------
@@ -180,11 +182,11 @@ def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
     if sigma.shape != mu.shape:
         raise ValueError(f"sigma must have the shape of mu {mu.shape}; got {sigma.shape}")
     x, mask, a, b = check_scored_inputs(x, mask, mu, a, b)
-    num_iterations = check_positive_int(num_iterations, "num_iterations")
+    max_iterations = check_positive_int(max_iterations, "max_iterations")
     g = a if g is None else jnp.asarray(g, mu.dtype)
     if g.shape != a.shape:
         raise ValueError(f"g must have shape {a.shape}; got {g.shape}")
-    return _coordinate_ascent(x, mask, mu, sigma, a, b, g, num_iterations)
+    return _coordinate_ascent(x, mask, mu, sigma, a, b, g, max_iterations)
 
 
 class MCVQScore(NamedTuple):

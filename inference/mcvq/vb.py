@@ -31,7 +31,7 @@ from inference.mcvq.vb_maths import (
     step,
     update_parameters,
 )
-from inference.mcvq.vb_result import VBMCVQResult
+from inference.mcvq.vb_result import VBMCVQResult, VBMCVQTrace
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
@@ -42,7 +42,7 @@ from ppl_models.validation import (
     check_tolerance,
 )
 
-__all__ = ["VBMCVQState", "VBMCVQInfo", "VBMCVQResult", "init", "step", "bound",
+__all__ = ["VBMCVQState", "VBMCVQInfo", "VBMCVQResult", "VBMCVQTrace", "init", "step", "bound",
            "centred_prior", "update_parameters", "check_covered", "fit_vb_mcvq"]
 
 
@@ -418,8 +418,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         pi=host.take(state.pi, keep), g=host.take(state.g, keep, axis=1),
         m=host.take(state.m, keep, axis=1), mean_mean=mean,
         mean_precision=host.take(state.precision, keep, axis=1), precision_shape=shape,
-        precision_rate=rate, mu=mean, sigma=sigma, bound=float(state.bound), bound_trace=bounds,
-        temperature_trace=host.array(temps, x.dtype), num_vqs_trace=vqs,
-        num_states_trace=states, num_iterations=its, converged=converged, monotone=monotone,
+        precision_rate=rate, mu=mean, sigma=sigma, bound=float(state.bound),
+        trace=VBMCVQTrace(bounds, host.array(temps, x.dtype), vqs, states), num_iterations=its,
+        converged=converged, monotone=monotone,
         prior=prior, num_moves=num_moves,
         num_causes=int(np.sum(np.sum(np.asarray(active), axis=1) > 1)))

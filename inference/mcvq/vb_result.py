@@ -5,10 +5,23 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
+from inference.engine.persistence import register_renamed_fields
 from ppl_models.mcvq import MCVQPrior
 
-__all__ = ["VBMCVQResult"]
+__all__ = ["VBMCVQResult", "VBMCVQTrace"]
+
+
+class VBMCVQTrace(NamedTuple):
+    """Per-iteration arrays of :func:`~inference.mcvq.vb.fit_vb_mcvq`, cut at
+    ``num_iterations``: L_T (``objective``), the temperature, the active VQs and the
+    active states of every starting slot."""
+
+    objective: jax.Array
+    temperature: jax.Array
+    num_vqs: jax.Array
+    num_states: jax.Array
 
 
 class VBMCVQResult(NamedTuple):
@@ -44,13 +57,11 @@ class VBMCVQResult(NamedTuple):
         E_Q[tau]^-1/2, the expected standard deviation in the precision sense.
     bound : float
         L at the result (the ELBO when the last temperature is 1).
-    bound_trace : array (num_iterations,)
-        L_T after every iteration.
-    temperature_trace : array (num_iterations,)
-    num_vqs_trace : int array (num_iterations,)
-        Active VQs after every iteration.
-    num_states_trace : int array (num_iterations, max_vqs)
-        Active states of every starting slot after every iteration (0 once removed).
+    trace : VBMCVQTrace
+        Per-iteration arrays, cut at ``num_iterations``: ``objective``, L_T after every
+        iteration; ``temperature``, that iteration's T; ``num_vqs``, the active VQs;
+        ``num_states`` (num_iterations, max_vqs), the active states of every starting
+        slot (0 once removed).
     num_iterations : int
     converged : bool
         The relative bound change fell to ``tol`` at a constant temperature in an
@@ -83,13 +94,28 @@ class VBMCVQResult(NamedTuple):
     mu: jax.Array
     sigma: jax.Array
     bound: float
-    bound_trace: jax.Array
-    temperature_trace: jax.Array
-    num_vqs_trace: jax.Array
-    num_states_trace: jax.Array
+    trace: VBMCVQTrace
     num_iterations: int
     converged: bool
     monotone: bool
     prior: MCVQPrior
     num_moves: int
     num_causes: int
+
+
+#: The per-iteration fields of a VBMCVQResult saved before they became one trace.
+_OLD_TRACE_FIELDS = ("bound_trace", "temperature_trace", "num_vqs_trace", "num_states_trace")
+
+
+def _from_old_fields(values: dict) -> dict:
+    """A VBMCVQResult saved with ``bound_trace``, ``temperature_trace``, ``num_vqs_trace``
+    and ``num_states_trace``: one :class:`VBMCVQTrace` cut at ``num_iterations``."""
+    values = dict(values)
+    n = int(values["num_iterations"])
+    values["trace"] = VBMCVQTrace(*(np.asarray(values.pop(name))[:n]
+                                    for name in _OLD_TRACE_FIELDS))
+    return values
+
+
+register_renamed_fields(VBMCVQResult, {name: name for name in _OLD_TRACE_FIELDS},
+                        convert=_from_old_fields)
