@@ -117,9 +117,9 @@ RENAMED: dict[str, str] = {
     "num_states_trace": "trace.num_states",
 }
 #: Cases whose results kept their 0.1 field names: the online methods (fixed passes, no
-#: convergence test), and the clipped and MCVQ SVI baselines (not yet renamed).
+#: convergence test), and the clipped SVI baseline (not yet renamed).
 KEPT_NAMES = ("fit_online",)
-KEPT_CASES = {"fit_clipped_svi", "fit_mcvq_svi", "fit_mcvq_meanfield_svi"}
+KEPT_CASES = {"fit_clipped_svi"}
 #: Fields that a recording held padded past convergence and the refactored fit cuts at
 #: ``num_iterations``: compared over the returned (shorter) length.
 CUT_PREFIX = "trace."
