@@ -201,7 +201,7 @@ def race(args) -> dict:
         for i, step_size in enumerate(args.step_sizes):
             fit, wall = _wall(fn, x, k, j, rng_key=key_fit, num_steps=args.svi_steps,
                               step_size=step_size)
-            runs[step_size] = {"trace": -np.asarray(fit.loss_trace), "final": -fit.loss,
+            runs[step_size] = {"trace": -np.asarray(fit.trace.objective), "final": -fit.loss,
                                "first_call_s" if i == 0 else "call_s": wall}
         peer_runs[peer] = runs
     # Tune per pair, then time ours and the tuned peers, interleaved.

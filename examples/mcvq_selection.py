@@ -155,10 +155,10 @@ def run_seed(num_causes, num_positions, seed, *, num_examples, cands, num_folds,
 
 def trace_of(fit):
     """The pruning trace of a VB fit: active VQs, causes and bound per iteration."""
-    states = np.asarray(fit.num_states_trace)
-    return {"num_vqs": np.asarray(fit.num_vqs_trace).tolist(),
+    states = np.asarray(fit.trace.num_states)
+    return {"num_vqs": np.asarray(fit.trace.num_vqs).tolist(),
             "causes": np.sum(states > 1, axis=1).tolist(),
-            "bound": np.asarray(fit.bound_trace, np.float64).tolist()}
+            "bound": np.asarray(fit.trace.objective, np.float64).tolist()}
 
 
 def summarise(rows):

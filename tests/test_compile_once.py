@@ -241,7 +241,7 @@ BASELINES = {
     "fit_gvq_mcmc": lambda i: numpyro_baselines.fit_gvq_mcmc(planted(i)[1], 2, rng_key=key(i),
                                                              num_warmup=5, num_samples=4),
     "fit_variational": lambda i: mcvq_baselines.fit_variational(
-        patterns(i), mcvq_fit().mu, mcvq_fit().sigma, num_iterations=5),
+        patterns(i), mcvq_fit().mu, mcvq_fit().sigma, max_iterations=5),
 }
 SLOW_BASELINES = {
     "fit_ppca_svi": lambda i: fit_ppca_svi(blobs(i), 1, rng_key=key(i), num_steps=5),

@@ -147,7 +147,7 @@ def test_fit_variational_raises_the_elbo():
         p = _tiny(np.random.default_rng(4), num=6, dim=5, num_vqs=2, num_states=3)
         kw = dict(mask=p["mask"], a=p["a"], b=p["b"])
         energies = [float(free_energy(p["x"], *fit_variational(p["x"], p["mu"], p["sigma"],
-                                                                g=p["g"], num_iterations=n, **kw),
+                                                                g=p["g"], max_iterations=n, **kw),
                                       p["mu"], p["sigma"], **kw)) for n in (1, 2, 5, 20)]
         assert all(later <= earlier + 1e-10 for earlier, later in
                    zip(energies, energies[1:], strict=False))
@@ -178,7 +178,7 @@ def test_svi_learns_a_planted_mcvq(planted):
     """
     data, x, x_heldout = planted
     fit = fit_mcvq_svi(x, 2, 3, rng_key=jax.random.key(6), num_steps=300, step_size=0.3)
-    assert fit.converged and fit.g is None and fit.loss_trace.shape == (300,)
+    assert fit.converged and fit.g is None and fit.trace.objective.shape == (300,)
     truth = _planted_score(planted)
     score = score_mcvq(x, *fit_variational(x, fit.mu, fit.sigma), fit.mu, fit.sigma,
                        x_heldout=x_heldout)
@@ -189,7 +189,7 @@ def test_svi_learns_a_planted_mcvq(planted):
     stderr = float(jnp.std(diff)) / np.sqrt(diff.shape[0])
     assert float(jnp.mean(diff)) >= -3 * stderr
     # Not vacuous: the start is far from it.
-    assert fit.loss_trace[0] > fit.loss + 1.0
+    assert fit.trace.objective[0] > fit.loss + 1.0
 
 
 def test_meanfield_svi_learns_a_planted_mcvq(planted):
@@ -212,7 +212,7 @@ def test_meanfield_svi_learns_a_planted_mcvq(planted):
     truth = _planted_score(planted)
     assert score.elbo >= truth.elbo - 0.05
     assert score.heldout_log_likelihood >= truth.heldout_log_likelihood - 0.5
-    assert fit.loss_trace[0] > fit.loss + 1.0
+    assert fit.trace.objective[0] > fit.loss + 1.0
 
 
 def test_not_converged_warns(planted):
@@ -279,3 +279,26 @@ def test_compare_mcvq_rows_and_files(tmp_path):
         assert extra["elbo"] <= extra["train_loglik"] + 1e-4
     paths = save_comparison(result, tmp_path)
     assert paths["png"].stat().st_size > 1000 and paths["json"].exists()
+
+
+def test_results_saved_with_loss_trace_load(tmp_path):
+    """A file written when MCVQSVIResult had ``loss_trace`` (before it became
+    ``trace = MCVQSVITrace(objective)``), from the module it lived in then, loads as the
+    current class."""
+    import collections
+
+    from inference.engine import persistence
+    from inference.mcvq.baselines_svi import MCVQSVIResult, MCVQSVITrace
+
+    fields = ["loss_trace" if f == "trace" else f for f in MCVQSVIResult._fields]
+    old = collections.namedtuple("MCVQSVIResult", fields)
+    old.__module__ = "inference.mcvq.baselines"
+    values = dict(mu=np.zeros((3, 2, 2)), sigma=np.ones((3, 2, 2)), g=None, m=None,
+                  loss_trace=np.array([3.0, 2.0, 1.5]), loss=1.4, num_steps=3,
+                  converged=False, variance_floor=1e-3)
+    path = persistence.save_tree(tmp_path / "old.npz", old(**values),
+                                 kind="result:inference.mcvq.baselines.MCVQSVIResult")
+    loaded = persistence.load(path)
+    assert type(loaded) is MCVQSVIResult and isinstance(loaded.trace, MCVQSVITrace)
+    np.testing.assert_array_equal(loaded.trace.objective, values["loss_trace"])
+    assert loaded.num_steps == 3 and loaded.loss == 1.4 and loaded.g is None

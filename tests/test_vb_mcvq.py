@@ -88,7 +88,7 @@ def test_bound_never_decreases(fit64):
     """At T = 1 every iteration is coordinate ascent; pruning only removes slots whose
     weight is below 1e-3, so the float64 trace rises everywhere up to rounding."""
     _, fit = fit64
-    bounds = np.asarray(fit.bound_trace)
+    bounds = np.asarray(fit.trace.objective)
     assert fit.monotone and fit.converged
     assert np.all(np.diff(bounds) >= -1e-9 * np.abs(bounds[1:]))
     assert bounds[-1] > bounds[0] + 1.0
@@ -199,11 +199,11 @@ def test_prunes_to_the_planted_number_of_vqs():
     for seed in PRUNING_OUTCOME:
         data = mcvq.generate(jax.random.key(seed), 100, 12, 3, 4)
         fit = fit_vb_mcvq(data.x, 6, 6, rng_key=jax.random.key(100 + seed))
-        trace = np.asarray(fit.num_vqs_trace)
+        trace = np.asarray(fit.trace.num_vqs)
         assert trace[-1] == fit.num_vqs == len(fit.num_states) == fit.g.shape[1]
         assert np.all(np.diff(trace) <= 0)
         if fit.num_moves == 0:  # a refresh move may re-activate states
-            assert np.all(np.diff(np.asarray(fit.num_states_trace), axis=0) <= 0)
+            assert np.all(np.diff(np.asarray(fit.trace.num_states), axis=0) <= 0)
         assert fit.num_vqs < 6 and all(1 <= n <= 6 for n in fit.num_states)
         counts[seed] = fit.num_vqs
     assert sum(n == 3 for n in counts.values()) >= 3, counts
@@ -222,7 +222,7 @@ def test_moves_raise_the_bound_where_coordinate_ascent_stalls(seed):
     assert moved.bound > plain.bound + 10.0, (moved.bound, plain.bound)
     assert moved.monotone and moved.converged
     assert moved.num_iterations > plain.num_iterations
-    np.testing.assert_allclose(moved.bound_trace[:plain.num_iterations], plain.bound_trace)
+    np.testing.assert_allclose(moved.trace.objective[:plain.num_iterations], plain.trace.objective)
     assert moved.num_causes == sum(n > 1 for n in moved.num_states)
 
 
@@ -314,3 +314,42 @@ def test_masked_entries_do_not_matter(planted):
     assert a.num_vqs == b.num_vqs and a.num_iterations == b.num_iterations
     assert a.bound == pytest.approx(b.bound, rel=1e-6)
     np.testing.assert_allclose(a.mu, b.mu, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("module", ["inference.vb_mcvq", "inference.mcvq.vb"])
+def test_results_saved_with_the_old_trace_fields_load(tmp_path, module):
+    """A file written when VBMCVQResult had bound_trace, temperature_trace, num_vqs_trace
+    and num_states_trace, and lived in ``module``, loads as the current class with one
+    VBMCVQTrace."""
+    import collections
+
+    from inference.engine import persistence
+    from inference.mcvq.vb_result import VBMCVQResult, VBMCVQTrace
+    from ppl_models.mcvq import MCVQPrior
+
+    fields = list(VBMCVQResult._fields)
+    at = fields.index("trace")
+    old_fields = fields[:at] + ["bound_trace", "temperature_trace", "num_vqs_trace",
+                                "num_states_trace"] + fields[at + 1:]
+    old = collections.namedtuple("VBMCVQResult", old_fields)
+    old.__module__ = module
+    k, d, j, n = 1, 3, 2, 4
+    values = dict(
+        num_vqs=k, num_states=(2,), vq_index=np.array([0]), state_active=np.ones((k, j), bool),
+        alpha=np.ones(k), pi=np.ones((k, j)) / j, g=np.ones((d, k)), m=np.ones((n, k, j)) / j,
+        mean_mean=np.zeros((d, k, j)), mean_precision=np.ones((d, k, j)),
+        precision_shape=np.ones((d, k, j)), precision_rate=np.ones((d, k, j)),
+        mu=np.zeros((d, k, j)), sigma=np.ones((d, k, j)), bound=-3.0,
+        bound_trace=np.array([-5.0, -4.0, -3.0]), temperature_trace=np.ones(3),
+        num_vqs_trace=np.array([2, 1, 1]), num_states_trace=np.array([[2, 2], [2, 0], [2, 0]]),
+        num_iterations=3, converged=True, monotone=True,
+        prior=MCVQPrior(np.zeros(d), 1.0, 1.0, 1.0), num_moves=0, num_causes=1)
+    path = persistence.save_tree(tmp_path / "old.npz", old(**values),
+                                 kind=f"result:{module}.VBMCVQResult")
+    loaded = persistence.load(path)
+    assert type(loaded) is VBMCVQResult and isinstance(loaded.trace, VBMCVQTrace)
+    np.testing.assert_array_equal(loaded.trace.objective, values["bound_trace"])
+    np.testing.assert_array_equal(loaded.trace.temperature, values["temperature_trace"])
+    np.testing.assert_array_equal(loaded.trace.num_vqs, values["num_vqs_trace"])
+    np.testing.assert_array_equal(loaded.trace.num_states, values["num_states_trace"])
+    assert loaded.num_iterations == 3 and loaded.converged and loaded.bound == -3.0

@@ -86,6 +86,12 @@ def register_renamed_fields(cls, renamed: dict, convert=None) -> None:
 #: Classes that left the module their old module became: (0.1 module, class) -> module.
 MOVED_CLASSES = {
     ("inference.streaming", "OnlineStreamResult"): "inference.mixture.online_stream",
+    ("inference.vb_mcvq", "VBMCVQResult"): "inference.mcvq.vb_result",
+    ("inference.mcvq.vb", "VBMCVQResult"): "inference.mcvq.vb_result",
+    ("inference.mcvq_baselines", "MCVQSVIResult"): "inference.mcvq.baselines_svi",
+    ("inference.mcvq.baselines", "MCVQSVIResult"): "inference.mcvq.baselines_svi",
+    ("inference.mcvq_baselines", "MCVQScore"): "inference.mcvq.scoring",
+    ("inference.mcvq.baselines", "MCVQScore"): "inference.mcvq.scoring",
 }
 
 

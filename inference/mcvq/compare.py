@@ -105,14 +105,14 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
                               num_steps=svi_steps, step_size=svi_step_size)
     g, m = fit_variational(x, svi.mu, svi.sigma)
     add("svi", "SVI: TraceEnum_ELBO, r and s enumerated, ML mu, sigma", "numpyro", svi, g, m,
-        t, t0, svi.converged, -svi.loss_trace, {"iterations": svi_steps}, notes)
+        t, t0, svi.converged, -svi.trace.objective, {"iterations": svi_steps}, notes)
     steps.update()
 
     steps.set_postfix_str("mean-field SVI")
     mf, t, t0, notes = timed(fit_mcvq_meanfield_svi, x, num_vqs, num_states, rng_key=key_fit,
                              num_steps=svi_steps, step_size=svi_step_size)
     add("svi_meanfield", "SVI: TraceEnum_ELBO, mean-field guide (g, m) enumerated", "numpyro",
-        mf, mf.g, mf.m, t, t0, mf.converged, -mf.loss_trace, {"iterations": svi_steps}, notes)
+        mf, mf.g, mf.m, t, t0, mf.converged, -mf.trace.objective, {"iterations": svi_steps}, notes)
     steps.update()
 
     partition = jax.nn.one_hot(data.r, num_vqs, dtype=x.dtype)

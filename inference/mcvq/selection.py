@@ -9,7 +9,7 @@ on the Bayesian program:
   log p(x^c | mu, sigma, a = g, b = pi) with the fit's g (D, K) as the selection
   prior over VQs and its mean state usage pi_kj = (1/N) sum_c m^c_kj as the state
   prior, r and s summed out exactly
-  (:func:`inference.mcvq.baselines.exact_log_likelihood`) when J^K K <=
+  (:func:`inference.mcvq.scoring.exact_log_likelihood`) when J^K K <=
   ``MAX_ENUMERATED_TERMS``; otherwise (``exact=False``) the variational lower
   bound of the same predictive with Q(r_d = k) = g_dk and the best Q(s) per
   example, which has the closed form
@@ -46,7 +46,7 @@ from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate
 from numpyro.infer import MCMC, NUTS, init_to_value
 
-from inference.mcvq import baselines, core
+from inference.mcvq import core, scoring
 from inference.mcvq.em import fit_mcvq
 from inference.mcvq.vb import fit_vb_mcvq
 from ppl_models import mcvq as program
@@ -58,7 +58,7 @@ __all__ = ["MCVQScorer", "enumerable", "num_parameters", "state_usage", "predict
 
 def enumerable(num_vqs: int, num_states: int) -> bool:
     """True when J^K K <= ``MAX_ENUMERATED_TERMS`` (the exact predictive is affordable)."""
-    return num_states ** num_vqs * num_vqs <= baselines.MAX_ENUMERATED_TERMS
+    return num_states ** num_vqs * num_vqs <= scoring.MAX_ENUMERATED_TERMS
 
 
 def num_parameters(dim: int, num_vqs: int, num_states: int) -> int:
@@ -112,7 +112,7 @@ def predictive_log_likelihood(fit, x, mask, *, exact: bool):
     pi = state_usage(fit)
     x = jnp.asarray(x, fit.mu.dtype)
     if exact:
-        return baselines.exact_log_likelihood(x, fit.mu, fit.sigma, mask=mask, a=fit.g, b=pi)
+        return scoring.exact_log_likelihood(x, fit.mu, fit.sigma, mask=mask, a=fit.g, b=pi)
     return _bound(x, jnp.asarray(mask), fit.g, fit.mu, fit.sigma, pi)
 
 
@@ -154,8 +154,8 @@ def _loo_model(x, mask, r, pi, prior):
 @functools.partial(jax.jit, static_argnames="batch_size")
 def _pointwise(x, mask, mus, sigmas, a, b, batch_size):
     """exact_log_likelihood of every draw, (S, N)."""
-    return jax.lax.map(lambda p: baselines._exact_log_likelihood(x, mask, p[0], p[1], a, b,
-                                                                 batch_size), (mus, sigmas))
+    return jax.lax.map(lambda p: scoring.exact_log_likelihood_batched(x, mask, p[0], p[1], a, b,
+                                                                      batch_size), (mus, sigmas))
 
 
 def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progress_bar):

@@ -1,48 +1,38 @@
-"""GVQ, the clipped-Gaussian model and MCVQ fitted by passes over batches (issue 9).
+"""MCVQ fitted by passes over batches of rows: :func:`fit_mcvq_stream`.
 
-The streamed counterparts of :func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1),
-:func:`inference.clipped.fit.fit_clipped_gaussian` (seed 001 eq. 7-10) and
-:func:`inference.mcvq.em.fit_mcvq` (seed 004 sec. 3), for data too large for memory.
-The source of rows is anything :class:`inference.mixture.stream.BatchSource` accepts
-(a numpy array or ``np.memmap`` cut into row blocks, a callable returning a fresh
-iterator of arrays, a list of arrays; a one-shot iterator only where one pass
-suffices), checked batch by batch with errors naming the batch index.
+The streamed counterpart of :func:`inference.mcvq.em.fit_mcvq` (variational EM, seed 004
+sec. 3) for data too large for memory. The rows come from anything
+:class:`inference.engine.streaming.BatchSource` accepts (a numpy array or ``np.memmap``
+cut into row blocks, a callable returning a fresh iterator of arrays, a list of arrays),
+with the missing-value mask streamed beside them (:class:`inference.mcvq.sources.MaskedSource`:
+``(x, mask)`` pairs or a second source cut like the first); a one-shot iterator is
+refused, since the fit reads the data several times. Batches are checked as they come,
+with errors naming the batch index.
 
-Each algorithm keeps what it must; everything per example is recomputed:
+Why no per-example state is needed: every iteration of the in-memory fit recomputes
+the per-example posteriors m^c in closed form (the E-step) from the current g, mu,
+sigma, and uses them only through the sums it forms, the statistics
+sum_c m^c [o, o x, o x^2] (o the observed indicator, x centred on the observed column
+means) and the KL term sum_c KL(m^c || b). So one iteration is one pass: every batch is
+E-stepped under the current parameters (jitted, vmapped over the restarts) and adds its
+statistics and KL term (:func:`stream_statistics`); then F_T follows from those sums,
+and the g-step and M-step from them give the next pass's parameters
+(:func:`stream_update`). The two form :data:`STREAM_ALGORITHM`, an
+:class:`inference.engine.loop.StatisticsAlgorithm` driven by
+:func:`inference.engine.passes.run_passes` (convergence test at a constant temperature,
+trace cut at ``num_iterations``, restarts side by side).
 
-* **GVQ** (:func:`fit_gvq_stream`): the association of an example depends only
-  on it and the current F, and the M-step's least-squares problem only on the
-  sums S^T S and S^T X (the normal equations of ``inference.gvq.em._sharded_m_step``).
-  One EM iteration is one pass: every batch is associated with the current F
-  (the jitted association code of ``fit_gvq``, vmapped over restarts) and its
-  sums are added; F then solves the normal equations. The error after the
-  M-step, ``mean ||x - s F_new||^2``, comes from the same pass without a second
-  look at the data: with the residuals r = x - s F of the pass,
-  sum ||r - s Delta||^2 = sum ||r||^2 - 2 <Delta, S^T r> + <Delta, S^T S Delta>,
-  Delta = F_new - F (exact algebra; it cancels only to the size of the error
-  itself, not of ||x||^2).
-* **Clipped Gaussian** (:func:`fit_clipped_gaussian_stream`): the fit needs the
-  means and second moments of the patterns only; one pass adds sum_mu s_mu and
-  sum_mu s_mu s_mu^T (integers, exact) and the rest is the in-memory code on
-  those moments (``inference.clipped.fit._fit_moments``).
-* **MCVQ** (:func:`fit_mcvq_stream`): the per-example variational parameters
-  m^c are *not* state that the in-memory fit carries across iterations in any
-  essential way: every iteration of ``inference.mcvq.em._step`` recomputes m of
-  every example in closed form (the E-step) from the new g, mu, sigma, and
-  keeps it only to form the statistics sum_c m^c [o, o x, o x^2] and the KL
-  term sum_c KL(m^c || b). So the streamed fit keeps no per-example state: each
-  pass runs the E-step of every batch under the current parameters and adds the
-  batch's statistics and KL term; g, mu, sigma follow from the sums exactly as
-  in ``_step``. m itself is returned only on request (one more pass).
+Passes over the data: one for the checks, the row count and the observed column means
+(the shift of the centred moments); one for the column variances and the rows the start
+picks (the start of ``inference.mcvq.em.init``, drawn from the same key, so the two fits
+start alike); one for the start's E-step; one per iteration; and one more for m when
+``return_m=True``. The result equals ``fit_mcvq``'s (tested in float64 in
+``tests/test_streaming_fits.py``); the differences (m only on request, no devices, mesh
+or checkpoints) are listed in :func:`fit_mcvq_stream`.
 
-Every function equals its in-memory counterpart on data that fit (tested in
-float64 in ``tests/test_streaming_fits.py``); the differences (the starts, what
-per-example output is returned, options that cannot stream) are listed in each
-docstring.
-
-Memory: one batch at a time on the device plus the one being read (the
-pipelining of ``inference.mixture.stream._Pass``), the per-batch arrays of the
-association / E-step, and sums whose size does not grow with the data.
+Memory: one batch at a time on the device plus the one being read
+(:class:`inference.engine.streaming.Pass`), the batch's E-step arrays, and sums whose size
+does not grow with the data.
 """
 
 from __future__ import annotations

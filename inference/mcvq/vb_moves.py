@@ -1,6 +1,6 @@
 """Merge and refresh moves for variational Bayes MCVQ: a structure search on the bound.
 
-Coordinate ascent (``inference.mcvq.vb.step``) changes g one dimension at a time
+Coordinate ascent (``inference.mcvq.vb_maths.step``) changes g one dimension at a time
 and a VQ's states only through its m, so it stalls in two kinds of local optima
 that the bound itself would leave (measured on the shapes images,
 ``ppl_models.datasets.shapes``, from K = 8, J = 10):
@@ -52,7 +52,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from inference.mcvq import core, vb
+from inference.mcvq import core, vb_maths
 from inference.mixture.seeding import kmeans_plus_plus
 
 __all__ = ["kmeans_states", "propose", "search"]
@@ -90,8 +90,8 @@ def kmeans_states(rng_key, x, weights, num_states: int):
     return assign(jax.lax.fori_loop(0, _LLOYD_ITERATIONS, lloyd, centres))
 
 
-def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
-            conditional: bool = True) -> vb.VBMCVQState:
+def propose(state: vb_maths.VBMCVQState, rng_key, source, target, x, mask, centred,
+            conditional: bool = True) -> vb_maths.VBMCVQState:
     """The state after merging VQ ``source`` into ``target`` (refresh when equal).
 
     Parameters
@@ -105,7 +105,7 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
         Data with 0 where ``mask`` is False.
     mask : bool array (N, D)
     centred : tuple
-        ``inference.mcvq.vb.centred_prior`` of the prior.
+        ``inference.mcvq.vb_maths.centred_prior`` of the prior.
     conditional : bool
         The family of Q (static).
     """
@@ -128,20 +128,21 @@ def propose(state: vb.VBMCVQState, rng_key, source, target, x, mask, centred,
     weight, first, _ = new.stats
     new = new._replace(mean=jnp.where(weight > 0, first / jnp.maximum(weight, 1e-30), new.mean))
     for _ in range(_PARAMETER_SWEEPS):
-        new = vb.update_parameters(new, centred, conditional)
+        new = vb_maths.update_parameters(new, centred, conditional)
     return new
 
 
 def _trial(state, x, mask, prior, prune_threshold, temperature, num_steps, conditional):
     def body(state, _):
-        return vb.step(state, x, mask, prior, prune_threshold, temperature, conditional)[0], None
+        return vb_maths.step(state, x, mask, prior, prune_threshold, temperature,
+                             conditional)[0], None
 
     return jax.lax.scan(body, state, None, length=num_steps)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("num_steps", "conditional"))
-def search(state: vb.VBMCVQState, rng_key, x, mask, prior, prune_threshold, temperature, *,
-           num_steps: int, conditional: bool = True):
+def search(state: vb_maths.VBMCVQState, rng_key, x, mask, prior, prune_threshold,
+           temperature, *, num_steps: int, conditional: bool = True):
     """Every merge of two active VQs and every refresh of one, scored after ``num_steps``.
 
     Parameters
@@ -150,7 +151,7 @@ def search(state: vb.VBMCVQState, rng_key, x, mask, prior, prune_threshold, temp
         A converged state.
     rng_key : jax.random key
     x, mask, prior, prune_threshold, temperature
-        As for ``inference.mcvq.vb.step``.
+        As for ``inference.mcvq.vb_maths.step``.
     num_steps : int
         Iterations of coordinate ascent from every proposal before it is scored.
     conditional : bool
@@ -165,7 +166,7 @@ def search(state: vb.VBMCVQState, rng_key, x, mask, prior, prune_threshold, temp
         (source, target) of every proposal; equal entries are refreshes.
     """
     _, shift = core.data_moments(x, mask)
-    centred = vb.centred_prior(prior, shift, x.dtype)
+    centred = vb_maths.centred_prior(prior, shift, x.dtype)
     num_vqs = state.pi.shape[0]
     source, target = jnp.triu_indices(num_vqs)
     keys = jax.random.split(rng_key, source.shape[0])

@@ -420,9 +420,10 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
 
 def _svi_case(which):
     """(module of the fit's chunk function, ``run(**options)``) of a small SVI fit of each
-    wrapper (GVQ's and the mixture's run through the engine's loop)."""
+    wrapper (GVQ's, the mixture's and MCVQ's enumerated SVI run through the engine's loop)."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
+    from inference.mcvq import baselines_svi as mcvq_baselines_svi
     from inference.mixture import baselines_svi as mixture_baselines
 
     if which == "gvq":
@@ -437,9 +438,11 @@ def _svi_case(which):
             x, 2, rng_key=jax.random.key(1), covariance="diag", num_steps=num_steps, **kw)
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=20, dim=4, num_vqs=2,
                                        num_states=2).x)
-    fit = (mcvq_baselines.fit_mcvq_meanfield_svi if which == "mcvq_meanfield"
-           else mcvq_baselines.fit_mcvq_svi)
-    return mcvq_baselines, lambda num_steps=30, **kw: fit(
+    if which == "mcvq_meanfield":  # its own chunked loop (inference.mcvq.baselines_svi)
+        return mcvq_baselines_svi, lambda num_steps=30, **kw: (
+            mcvq_baselines_svi.fit_mcvq_meanfield_svi(x, 2, 2, rng_key=jax.random.key(1),
+                                                      num_steps=num_steps, **kw))
+    return engine_loop, lambda num_steps=30, **kw: mcvq_baselines.fit_mcvq_svi(
         x, 2, 2, rng_key=jax.random.key(1), num_steps=num_steps, **kw)
 
 

@@ -1,0 +1,491 @@
+"""NumPyro's generic SVI on the MCVQ program, as baselines (seeds 003-004; MODELS.md 4).
+
+The paper fits MCVQ by variational EM (:func:`inference.mcvq.em.fit_mcvq`, seed 004
+sec. 3). Here NumPyro's SVI runs on the *same* program, the enumerable form of
+:func:`ppl_models.mcvq.model` (``enumerable=True``: one site "s_k" per VQ, same
+density as the default form), with r and s per example (the paper's
+generative model, sec. 2) and the selection priors a, b fixed (uniform by
+default, as in the paper):
+
+* :func:`fit_mcvq_svi`: ``TraceEnum_ELBO`` with r and s_0 .. s_{K-1} enumerated
+  in the model (summed out exactly) and no latent site left for the guide, so
+  the loss is exactly -log p(X | mu, sigma) = -sum_c log sum_{r, s} p(x^c, r, s):
+  SVI maximises the exact likelihood by gradient ascent.
+* :func:`fit_mcvq_meanfield_svi`: ``TraceEnum_ELBO`` with the paper's mean-field
+  guide Q(r^c_d = k) = g_dk (shared by all examples) and Q(s^c_k = j) = m^c_kj
+  (per example), the guide's sites enumerated (NumPyro 0.22 supports
+  guide-side enumeration in ``TraceEnum_ELBO``): the expectation over Q is
+  summed exactly, so the loss is exactly the paper's free energy F = F_N
+  (:func:`inference.mcvq.em.free_energy`, T = N; tested), and SVI lowers F by
+  gradient steps on (g, m, mu, sigma) where variational EM takes exact block
+  minimisations. A score-function estimator (``TraceGraph_ELBO``, sampled
+  guide) would work at any size but with noisy gradients; within the
+  enumeration limit the exact ELBO is the peer at its best.
+
+mu and sigma are ``numpyro.param`` point estimates passed into the program
+(which treats given mu, sigma as fixed), not ``AutoDelta`` on its "mu" and
+"sigma" sample sites: variational EM maximises the likelihood (its bound)
+with no prior on mu, sigma, so with ``numpyro.param`` both learners optimise
+the same objective (AutoDelta would add the program's log-prior: MAP).
+sigma is constrained to sigma >= sqrt(floor), the floor of ``fit_mcvq``
+(``variance_floor`` times the data's mean variance), so that neither learner
+can reach the unbounded likelihood of a collapsed state. Both fits start from
+the start of ``fit_mcvq`` for the same ``rng_key`` (:func:`inference.mcvq.em.init`).
+
+Cost and limit: enumerating r and s costs about J^K K terms per example and
+dimension; ``inference.mcvq.scoring.MAX_ENUMERATED_TERMS`` bounds J^K K and
+``MAX_ENUMERATED_CELLS`` bounds N D J^K K (:func:`inference.mcvq.scoring.check_enumerable`);
+larger problems raise ValueError. The fits are scored by :mod:`inference.mcvq.scoring`.
+
+Both run exactly ``num_steps`` Adam steps (no convergence test stops them).
+:func:`fit_mcvq_svi` runs through the engine (:func:`inference.engine.run`), an
+:class:`~inference.engine.Algorithm` whose step is ``svi.update`` (:func:`svi_step`);
+:func:`fit_mcvq_meanfield_svi` keeps its own chunked loop with the same checkpoints
+(see the note above :func:`_svi_start` for why).
+
+References
+----------
+Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
+Obermeyer et al., "Tensor Variable Elimination for Plated Factor Graphs", ICML 2019
+(the enumeration behind ``TraceEnum_ELBO``). Kingma, Ba, "Adam", ICLR 2015.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+from numpyro.contrib.funsor import config_enumerate
+from numpyro.distributions import constraints
+from numpyro.infer import SVI, TraceEnum_ELBO
+
+from inference.engine.checkpoint import (
+    checkpointing,
+    run_chunks,
+    svi_advance,
+    svi_ready,
+    svi_start,
+)
+from inference.engine.loop import Algorithm, run, select
+from inference.engine.persistence import register_renamed_fields
+from inference.engine.progress import progress
+from inference.mcvq import core
+from inference.mcvq import em as mcvq_fit
+from inference.mcvq.scoring import check_enumerable, check_scored_inputs
+from ppl_models import mcvq
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
+
+__all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "enumerated_loss", "MCVQSVIResult",
+           "MCVQSVITrace", "SVIInfo", "svi_step"]
+
+#: Adam's step size decays by a cosine to this fraction of ``step_size``.
+_FINAL_FRACTION = 0.01
+
+
+class MCVQSVITrace(NamedTuple):
+    """Per-step record of :func:`fit_mcvq_svi` and :func:`fit_mcvq_meanfield_svi` (all
+    ``num_steps`` steps run): ``objective``, the exact loss per example before each step."""
+
+    objective: jax.Array
+
+
+class MCVQSVIResult(NamedTuple):
+    """Result of :func:`fit_mcvq_svi` and :func:`fit_mcvq_meanfield_svi`.
+
+    Attributes
+    ----------
+    mu, sigma : arrays (D, K, J)
+        The learned point estimates (sigma >= sqrt(``variance_floor``)).
+    g : array (D, K) or None
+        Q(r_d = k) of the mean-field guide (None for ``fit_mcvq_svi``).
+    m : array (N, K, J) or None
+        Q(s^c_k = j) of the mean-field guide (None for ``fit_mcvq_svi``).
+    trace : MCVQSVITrace
+        ``objective`` (num_steps,): the exact loss per example before each step,
+        -log p(X | mu, sigma) / N (``fit_mcvq_svi``) or F_N / N
+        (``fit_mcvq_meanfield_svi``); no sampling noise.
+    loss : float
+        The loss per example at the returned parameters (after the last step).
+    num_steps : int
+    converged : bool
+        The loss changed by at most ``tol`` nats per example over the second
+        half of the run.
+    variance_floor : float
+        The absolute floor on sigma^2 (as ``MCVQResult.variance_floor``).
+    """
+
+    mu: jax.Array
+    sigma: jax.Array
+    g: jax.Array | None
+    m: jax.Array | None
+    trace: MCVQSVITrace
+    loss: float
+    num_steps: int
+    converged: bool
+    variance_floor: float
+
+
+def _from_old_fields(values: dict) -> dict:
+    """An MCVQSVIResult saved with ``loss_trace``: the array becomes ``trace.objective``."""
+    values = dict(values)
+    values["trace"] = MCVQSVITrace(values.pop("loss_trace"))
+    return values
+
+
+register_renamed_fields(MCVQSVIResult, {"loss_trace": "loss_trace"}, convert=_from_old_fields)
+
+
+def _program(x, mask, a, b, init_mu, init_sigma, lower):
+    """The MCVQ program (enumerable form) with mu, sigma as ``numpyro.param`` point estimates."""
+    mu = numpyro.param("mu", init_mu)
+    sigma = numpyro.param("sigma", init_sigma, constraint=constraints.greater_than(lower))
+    return mcvq.model(x, mask=mask, mu=mu, sigma=sigma, a=a, b=b, enumerable=True)
+
+
+def _no_guide(*args, **kwargs):
+    """Every latent site is enumerated in the model: nothing left for the guide."""
+
+
+def _meanfield_guide(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m):
+    """Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj, every site enumerated (sec. 3)."""
+    num, dim = x.shape
+    g = numpyro.param("g", init_g, constraint=constraints.simplex)
+    m = numpyro.param("m", init_m, constraint=constraints.simplex)
+    with numpyro.plate("examples", num, dim=-2):
+        for k in range(m.shape[1]):
+            numpyro.sample(f"s_{k}", dist.Categorical(m[:, k, None, :]),
+                           infer={"enumerate": "parallel"})
+        with numpyro.plate("dims", dim, dim=-1):
+            numpyro.sample("r", dist.Categorical(jnp.broadcast_to(g, (num, dim, g.shape[1]))),
+                           infer={"enumerate": "parallel"})
+
+
+def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m):
+    return _program(x, mask, a, b, init_mu, init_sigma, lower)
+
+
+def _svi_problem(x, mask, a, b, init, lower, step_size, *, meanfield, num_steps):
+    """The SVI of the MCVQ wrappers and the arguments of its model and guide."""
+    if meanfield:
+        model, guide = _meanfield_program, _meanfield_guide
+        args = (x, mask, a, b, init.mu, init.sigma, lower, init.g, init.m)
+    else:
+        model, guide = config_enumerate(_program), _no_guide
+        args = (x, mask, a, b, init.mu, init.sigma, lower)
+    schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=_FINAL_FRACTION)
+    return SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)), args
+
+
+class SVIInfo(NamedTuple):
+    """One SVI step as the engine records it: ``objective``, the loss (a total over the
+    examples) before the step, and ``converged`` (never: the SVI runs exactly
+    ``num_steps``)."""
+
+    objective: jax.Array
+    converged: jax.Array
+
+
+def svi_step(rng_key, state, data, params, *, shard, meanfield, num_steps):
+    """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
+    step. ``data`` is ``(x, mask)``, ``params`` ``(a, b, start, step_size, lower)``; the
+    SVI state carries its own key, so ``rng_key`` is unused."""
+    del rng_key, shard  # one device; NumPyro splits the state's key
+    x, mask = data
+    a, b, init, step_size, lower = params
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    state, loss = svi_ready(svi, state, *args).update(state, *args)
+    return state, SVIInfo(loss, jnp.asarray(False))
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_state(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """The SVI state before the first step (``svi.init``), stacked as one start."""
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    state = svi_start(svi.init(rng_key, *args), 1, x.dtype)[0]
+    return jax.tree.map(lambda leaf: leaf[None], state)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_params(state, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """(params, loss) (a total) at the SVI state after the last step."""
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    svi = svi_ready(svi, state, *args)
+    return svi.get_params(state), svi.evaluate(state, *args)
+
+
+# The mean-field SVI keeps its own chunked loop: run through the engine's loop (vmapped
+# over one start, the trace in the carry), XLA compiles its update with other fusions,
+# and the float32 rounding that follows, which Adam amplifies along gradients that are
+# partly rounding noise, moved its results by up to 2e-5 relative from the recorded ones
+# after 40 steps. The step function itself is exact: in a plain while loop, batched or
+# not, it reproduces this loop bit for bit.
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
+def _svi_start(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+    """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    return svi_start(svi.init(rng_key, *args), num_steps, x.dtype)
+
+
+@partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
+def _svi_advance(carry, x, mask, a, b, init, step_size, lower, stop_at, *, meanfield,
+                 num_steps, progress_every=0):
+    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
+    :func:`inference.engine.checkpoint.svi_advance`)."""
+    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+                             num_steps=num_steps)
+    svi = svi_ready(svi, carry[0], *args)
+    return svi_advance(lambda state: svi.update(state, *args), carry, stop_at, progress_every)
+
+
+def _svi_chunks(rng_key, data, params, *, meanfield, num_steps, progress_bar, caller,
+                checkpoint):
+    """All SVI steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk
+    without ``checkpoint``); returns (final SVI state, losses) (totals)."""
+    common = dict(meanfield=meanfield, num_steps=num_steps)
+    chunks = (dict(kind=caller, options={}) if checkpoint is None
+              else checkpoint.chunk_arguments(caller))
+    with progress(num_steps, caller, progress_bar) as every:
+        carry = run_chunks(
+            lambda carry, stop_at: _svi_advance(carry, *data, *params, stop_at,
+                                                progress_every=every, **common),
+            lambda: _svi_start(rng_key, *data, *params, **common),
+            total=num_steps, finished=lambda carry: False, **chunks)
+    return carry[0], carry[1]
+
+
+def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
+                    variance_floor: float = 1e-3):
+    """NumPyro's ``TraceEnum_ELBO`` loss (a total, not per example) of a baseline at fixed values.
+
+    Without ``g``, ``m``: the loss of :func:`fit_mcvq_svi`'s program (r and s
+    enumerated in the model), -log p(X | mu, sigma); with both: the loss of
+    :func:`fit_mcvq_meanfield_svi`'s guide at (g, m), F_N. Both are computed by
+    NumPyro from the program, as during the fits (tested against brute-force
+    enumeration and :func:`inference.mcvq.em.free_energy`). ``sigma`` must exceed
+    the fits' floor sqrt(``variance_floor`` x the data's mean variance).
+
+    Parameters
+    ----------
+    x : array (N, D)
+    mu, sigma : arrays (D, K, J)
+    g : array (D, K), optional
+    m : array (N, K, J), optional
+    mask, a, b : optional, as in :func:`exact_log_likelihood`
+    variance_floor : float
+
+    Returns
+    -------
+    scalar
+    """
+    mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
+    if (g is None) != (m is None):
+        raise ValueError("enumerated_loss: give both g and m (mean-field guide) or neither; "
+                         f"got g={'None' if g is None else 'array'}, "
+                         f"m={'None' if m is None else 'array'}")
+    x, mask, a, b = check_scored_inputs(x, mask, mu, a, b)
+    num, dim = x.shape
+    check_enumerable(num, dim, *mu.shape[1:], "enumerated_loss")
+    lower = jnp.asarray(np.sqrt(_floor(x, mask, variance_floor)), mu.dtype)
+    params = {"mu": mu, "sigma": sigma}
+    args = (x, mask, a, b, mu, sigma, lower)
+    elbo = TraceEnum_ELBO(max_plate_nesting=2)
+    if g is None:
+        return elbo.loss(jax.random.key(0), params, config_enumerate(_program), _no_guide,
+                         *args)
+    params.update(g=jnp.asarray(g, mu.dtype), m=jnp.asarray(m, mu.dtype))
+    return elbo.loss(jax.random.key(0), params, _meanfield_program, _meanfield_guide, *args,
+                     params["g"], params["m"])
+
+
+def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
+                    variance_floor, tol, caller):
+    if rng_key is None:
+        raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
+    num_vqs = check_positive_int(num_vqs, "num_vqs")
+    num_states = check_positive_int(num_states, "num_states")
+    x, mask = core.check_observed(x, mask, "x")
+    num, dim = x.shape
+    check_enumerable(num, dim, num_vqs, num_states, caller)
+    for axis, what in ((1, "example(s) {} (rows of x)"), (0, "dimension(s) {} (columns of x)")):
+        empty = np.flatnonzero(~np.asarray(mask).any(axis=axis))
+        if empty.size:
+            raise ValueError(f"mask leaves {what.format(empty[:10].tolist())} without any "
+                             "observed entry; drop them")
+    check_positive_int(num_steps, "num_steps")
+    check_positive(step_size, "step_size")
+    check_positive(variance_floor, "variance_floor")
+    check_positive(tol, "tol")
+    return x, mask, num_vqs, num_states
+
+
+def _floor(x, mask, variance_floor):
+    """The absolute variance floor of ``fit_mcvq``: variance_floor x the mean observed variance."""
+    obs = np.asarray(mask)
+    xs = np.asarray(x, dtype=float)
+    count = obs.sum(axis=0)
+    mean = (obs * xs).sum(axis=0) / count
+    spread = float(np.mean((obs * (xs - mean) ** 2).sum(axis=0) / count))
+    return variance_floor * (spread if spread > 0 else 1.0)
+
+
+def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, variance_floor, a, b,
+         tol, progress_bar, meanfield, caller, checkpoint_path=None, checkpoint_every=None,
+         resume_from=None):
+    x, mask, num_vqs, num_states = _check_fit_args(x, num_vqs, num_states, mask, rng_key,
+                                                   num_steps, step_size, variance_floor, tol,
+                                                   caller)
+    num, dim = x.shape
+    x = jnp.asarray(x)
+    a, b = core.priors(a, b, dim, num_vqs, num_states, x.dtype)
+    floor = _floor(x, mask, variance_floor)
+    lower = jnp.asarray(np.sqrt(floor), x.dtype)
+    # The start of fit_mcvq for this key; sigma strictly inside the open constraint.
+    init = mcvq_fit.init(rng_key, x, mask, num_vqs, num_states, a, b,
+                         jnp.asarray(floor, x.dtype))
+    init = init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower))
+    step_size_value = jnp.asarray(step_size, x.dtype)
+    data, params = (x, mask), (a, b, init, step_size_value, lower)
+    common = dict(meanfield=meanfield, num_steps=num_steps)
+    key = jax.random.split(rng_key)[1]
+    checkpoint = checkpointing(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps, step_size=step_size,
+             variance_floor=variance_floor, rng_key=rng_key),
+        data=data, start=(*init, a, b, lower))
+    if meanfield:
+        state, losses = _svi_chunks(key, data, params, progress_bar=progress_bar, caller=caller,
+                                    checkpoint=checkpoint, **common)
+    else:
+        algorithm = Algorithm(svi_step, options=tuple(common.items()), name=caller)
+        fitted = run(algorithm, _svi_state(key, *data, *params, **common), data, params,
+                     keys=key[None], max_iterations=num_steps, progress_bar=progress_bar,
+                     checkpoint=checkpoint)
+        state, trace, _, _ = select(fitted, 0)
+        losses = trace.objective
+    values, final = _svi_params(state, *data, *params, **common)
+    losses = losses / num
+    final = float(final) / num
+    finite = bool(np.isfinite(final)) and all(
+        bool(jnp.all(jnp.isfinite(v))) for v in values.values())
+    if not finite:
+        warnings.warn(f"{caller}: the loss or the parameters are not finite; lower step_size",
+                      NumericalWarning, stacklevel=3)
+    change = float(jnp.abs(losses[num_steps // 2] - final))
+    converged = finite and num_steps >= 10 and change <= tol
+    if finite and not converged:
+        warnings.warn(f"{caller}: the loss still changed by {change:.3g} nats per example over "
+                      f"the second half of the {num_steps} steps (tol={tol:g}); raise num_steps",
+                      ConvergenceWarning, stacklevel=3)
+    return MCVQSVIResult(mu=values["mu"], sigma=values["sigma"], g=values.get("g"),
+                         m=values.get("m"), trace=MCVQSVITrace(losses), loss=final,
+                         num_steps=num_steps, converged=converged, variance_floor=floor)
+
+
+_FIT_PARAMETERS = """
+    Parameters
+    ----------
+    x : array (N, D)
+        Data; entries where ``mask`` is False may hold anything (NaN included).
+    num_vqs, num_states : int
+        K and J; num_states ** num_vqs * num_vqs <= ``MAX_ENUMERATED_TERMS`` and
+        N D J^K K <= ``MAX_ENUMERATED_CELLS``, else ValueError.
+    mask : bool array (N, D), optional
+        True where x is observed; every row and column needs an observed entry.
+    rng_key : jax.random key
+        The start is ``inference.mcvq.em.init`` with this key (as ``fit_mcvq``).
+    num_steps : int
+        Adam steps, all of them run (``fit_mcvq_svi`` through the engine,
+        :func:`inference.engine.run`; ``fit_mcvq_meanfield_svi`` in its own chunked loop).
+    step_size : float
+        Adam's initial step size, decayed by a cosine to 1% of it.
+    variance_floor : float
+        sigma^2 >= variance_floor x the data's mean variance (as ``fit_mcvq``).
+    a, b : arrays (D, K), (K, J), optional
+        Fixed selection priors (uniform by default).
+    tol : float
+        ``converged`` when the loss per example changed by at most ``tol`` over
+        the second half of the run.
+    progress_bar : bool
+        tqdm bar advanced from inside the jitted loop.
+    checkpoint_path : str or os.PathLike, optional
+        Write a checkpoint (the SVI state, with its key and optimiser state, the
+        loss trace and the step; the options and the SHA-256 of x and mask) to this
+        ``.npz`` file every ``checkpoint_every`` steps (:mod:`inference.engine.checkpoint`;
+        atomic: a killed process leaves the last one intact).
+    checkpoint_every : int, optional
+        Steps per checkpoint (a positive int; needs ``checkpoint_path``).
+    resume_from : str or os.PathLike, optional
+        Continue from a checkpoint written by the same function with the same data
+        and options (else ``ValueError`` naming the option); the result is
+        bit-identical to the uninterrupted run.
+
+    Returns
+    -------
+    MCVQSVIResult
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the loss still moves by more than ``tol`` in the second half.
+    NumericalWarning
+        When the loss or the parameters are not finite.
+"""
+
+
+def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
+                 num_steps: int = 500, step_size: float = 0.05, variance_floor: float = 1e-3,
+                 a=None, b=None, tol: float = 1e-3,
+                 progress_bar: bool = False, checkpoint_path=None,
+                 checkpoint_every: int | None = None, resume_from=None) -> MCVQSVIResult:
+    """Maximum likelihood mu, sigma by SVI with r and s enumerated (``TraceEnum_ELBO``).
+
+    The program is ``ppl_models.mcvq.model(enumerable=True)`` with mu, sigma as
+    ``numpyro.param``; every r^c_d and s^c_k is marked for parallel enumeration
+    and the guide is empty, so the loss is exactly -log p(X | mu, sigma) (the
+    per-example program's likelihood, r and s summed out; module docstring).
+    """
+    return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
+                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
+
+
+def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
+                           num_steps: int = 500, step_size: float = 0.05,
+                           variance_floor: float = 1e-3, a=None, b=None, tol: float = 1e-3,
+                           progress_bar: bool = False, checkpoint_path=None,
+                           checkpoint_every: int | None = None,
+                           resume_from=None) -> MCVQSVIResult:
+    """SVI of the paper's mean-field guide (g shared, m per example), exact ELBO (sec. 3).
+
+    Guide Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj (``numpyro.param`` on the
+    simplex, starting from ``inference.mcvq.em.init``'s g and m); its sites are
+    enumerated by ``TraceEnum_ELBO``, so the loss is exactly F_N
+    (:func:`inference.mcvq.em.free_energy` at T = N) of the result's g, m, mu,
+    sigma: ``-result.loss`` is the exact ELBO per example of the final guide.
+    """
+    return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
+                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi",
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                resume_from=resume_from)
+
+
+for _fn in (fit_mcvq_svi, fit_mcvq_meanfield_svi):
+    if _fn.__doc__ is not None:  # None under python -OO
+        _fn.__doc__ += _FIT_PARAMETERS
