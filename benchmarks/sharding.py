@@ -133,12 +133,12 @@ def _mixture_case(size, mesh):
     def shard_features(x, valid, shift):
         return mx_sweep.block_features(x, "full", shift, valid)
 
-    split = mx_sweep._Features(P(), P(axis), P(axis))
+    split = mx_sweep.BlockFeatures(P(), P(axis), P(axis))
     sharded_features = jax.jit(map_shards(shard_features, mesh, 2, split))(
         padded, valid, features.shift)
 
     def per_shard(x, blocks, block_valid, shift, state):
-        feats = mx_sweep._Features(shift, blocks, block_valid)
+        feats = mx_sweep.BlockFeatures(shift, blocks, block_valid)
         rows = x.shape[0]
         eta = mx_sweep.log_joint_eta(x, state, mode, covariance, shift)
         stats, objective, _ = mx_sweep.sweep(feats, eta, state.active, mode, rows)

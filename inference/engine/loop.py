@@ -87,12 +87,19 @@ class Algorithm(NamedTuple):
         Fields of the (NamedTuple) state that hold one row per example (axis 0 of
         one start's field): with a mesh they stay split over the devices like the
         data; every other field is the same on every device.
+    vectorized : bool
+        True: the starts run side by side (``vmap``). False: one after another
+        (``lax.map``), each step traced for one start, so that its conditionals
+        stay conditionals (``vmap`` turns a ``lax.cond`` on a per-start value into
+        a select that computes both branches) and its floats are those of the
+        unbatched step.
     """
 
     step: Callable
     options: tuple = ()
     name: str = "fit"
     rows: tuple = ()
+    vectorized: bool = True
 
 
 class StatisticsAlgorithm(NamedTuple):
@@ -206,6 +213,8 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
         return new_state, info, converged
 
     def all_starts(keys, counts, states, previous, done):
+        if not getattr(algorithm, "vectorized", True):
+            return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done))
         if restart_batch is None:
             return jax.vmap(one)(keys, counts, states, previous, done)
         return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done),
