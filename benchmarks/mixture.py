@@ -140,12 +140,12 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import fit_mixture  # noqa: E402
-from inference.engine.reporting import jsonable  # noqa: E402
-from inference.mixture import em as mixture_fit  # noqa: E402
-from inference.mixture.features import project  # noqa: E402
 from inference.engine import run as engine_run  # noqa: E402
 from inference.engine.loop import _advance_jit as _advance_single  # noqa: E402
+from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mixture import algorithm as mixture_algorithm  # noqa: E402
+from inference.mixture import em as mixture_fit  # noqa: E402
+from inference.mixture.features import project  # noqa: E402
 
 
 def run_em(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
