@@ -8,8 +8,8 @@ must be set before JAX starts), on the same data and parameters:
   and M-step statistics, i.e. the natural parameters read from the program
   (``log_joint_eta``) and one ``sweep`` over the blocked quadratic features
   (responsibilities, objective, R^T t(x)). ``plain``: exactly that, jitted, on
-  one device, features from ``block_features``. ``sharded``: the body of
-  ``inference.mixture.sharded.run_sharded`` -- every device sweeps its rows
+  one device, features from ``block_features``. ``sharded``: what the engine's
+  sharded run of ``inference.mixture.algorithm.em_step`` does -- every device sweeps its rows
   (``block_features``, padded and masked), then ``psum`` of the statistics and
   the objective -- under ``shard_map`` on a mesh of n devices;
 * MCVQ (``inference.mcvq.em``): one iteration, ``_step`` (g-step, M-step, E-step,

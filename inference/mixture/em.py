@@ -61,6 +61,12 @@ redundant component (it keeps its points and stays non-singular);
 ``weight_rule="mml"`` is a named variant that does (see :func:`fit_mixture`
 and ``examples/yingyang_selection.py``).
 
+The iteration is an engine step (:mod:`inference.mixture.algorithm`):
+:func:`fit_mixture` checks its arguments, builds the start and hands the step to
+:func:`inference.engine.run`, which runs the loop, keeps the trace, writes the
+checkpoints and splits the examples over devices; a stream of batches goes to
+:func:`inference.mixture.stream.fit_mixture_stream` (the engine's passes).
+
 References
 ----------
 Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24), 5.2.
