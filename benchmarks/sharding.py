@@ -8,8 +8,8 @@ must be set before JAX starts), on the same data and parameters:
   and M-step statistics, i.e. the natural parameters read from the program
   (``log_joint_eta``) and one ``sweep`` over the blocked quadratic features
   (responsibilities, objective, R^T t(x)). ``plain``: exactly that, jitted, on
-  one device, features from ``block_features``. ``sharded``: the body of
-  ``inference.mixture.sharded.run_sharded`` -- every device sweeps its rows
+  one device, features from ``block_features``. ``sharded``: what the engine's
+  sharded run of ``inference.mixture.algorithm.em_step`` does -- every device sweeps its rows
   (``block_features``, padded and masked), then ``psum`` of the statistics and
   the objective -- under ``shard_map`` on a mesh of n devices;
 * MCVQ (``inference.mcvq.em``): one iteration, ``_step`` (g-step, M-step, E-step,
@@ -133,12 +133,12 @@ def _mixture_case(size, mesh):
     def shard_features(x, valid, shift):
         return mx_sweep.block_features(x, "full", shift, valid)
 
-    split = mx_sweep._Features(P(), P(axis), P(axis))
+    split = mx_sweep.BlockFeatures(P(), P(axis), P(axis))
     sharded_features = jax.jit(map_shards(shard_features, mesh, 2, split))(
         padded, valid, features.shift)
 
     def per_shard(x, blocks, block_valid, shift, state):
-        feats = mx_sweep._Features(shift, blocks, block_valid)
+        feats = mx_sweep.BlockFeatures(shift, blocks, block_valid)
         rows = x.shape[0]
         eta = mx_sweep.log_joint_eta(x, state, mode, covariance, shift)
         stats, objective, _ = mx_sweep.sweep(feats, eta, state.active, mode, rows)

@@ -216,14 +216,13 @@ def test_one_device_default_is_the_unchanged_plain_path(monkeypatch):
 
     data = _inputs()
     x = data["mixture_x"]
-    monkeypatch.setattr(mixture_module, "run_sharded", forbidden)
     monkeypatch.setattr(engine_loop, "_run_sharded", forbidden)
     monkeypatch.setattr(association_module, "_associate_sharded", forbidden)
     monkeypatch.setattr(clipped_module, "sum_over_shards", forbidden)
     calls = []
-    plain = mixture_module.run_em
-    monkeypatch.setattr(mixture_module, "run_em", lambda *a, **k: calls.append(1) or plain(*a,
-                                                                                         **k))
+    plain = mixture_module.run
+    monkeypatch.setattr(mixture_module, "run", lambda *a, **k: calls.append(1) or plain(*a,
+                                                                                      **k))
     fit = fit_mixture(x, 3, rng_key=jax.random.key(1), max_iterations=5, tol=0.0)
     assert calls == [1]
     again = fit_mixture(x, 3, rng_key=jax.random.key(1), max_iterations=5, tol=0.0,

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
+from inference.engine import passes as engine_passes
 from inference.engine.streaming import BatchSource, is_stream
-from inference.mixture import stream as streaming
 from inference.mixture.em import fit_mixture
 from inference.mixture.online import fit_online, init, stream_order
 from inference.mixture.online_stream import fit_online_stream
@@ -81,8 +81,8 @@ def test_cancellation_fallback_runs_an_exact_pass_and_matches(mode, monkeypatch)
                  init_covariances=np.stack([np.eye(2), 1e-4 * np.eye(2)]), max_iterations=3,
                  tol=0.0, prune=False, mode=mode)
     calls = []
-    exact = streaming._batch_exact
-    monkeypatch.setattr(streaming, "_batch_exact",
+    exact = engine_passes._batch_second  # the streamed EM's exact pass, batch by batch
+    monkeypatch.setattr(engine_passes, "_batch_second",
                         lambda *a, **kw: calls.append(1) or exact(*a, **kw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -87,12 +87,19 @@ class Algorithm(NamedTuple):
         Fields of the (NamedTuple) state that hold one row per example (axis 0 of
         one start's field): with a mesh they stay split over the devices like the
         data; every other field is the same on every device.
+    vectorized : bool
+        True: the starts run side by side (``vmap``). False: one after another
+        (``lax.map``), each step traced for one start, so that its conditionals
+        stay conditionals (``vmap`` turns a ``lax.cond`` on a per-start value into
+        a select that computes both branches) and its floats are those of the
+        unbatched step.
     """
 
     step: Callable
     options: tuple = ()
     name: str = "fit"
     rows: tuple = ()
+    vectorized: bool = True
 
 
 class StatisticsAlgorithm(NamedTuple):
@@ -107,7 +114,16 @@ class StatisticsAlgorithm(NamedTuple):
     update : callable
         ``update(state, stats, params, **options) -> (state, info)``: the new
         parameters from the summed statistics (replicated: the same on every device).
-    options, name, rows
+    second_pass : callable, optional
+        ``second_pass(rng_key, state, stats, data, params, valid, **options) -> extra``:
+        a further sum over the examples that needs the first one's total ``stats``
+        (a scatter about the new means, say). ``update`` then receives
+        ``(stats, extra)``; ``extra`` is zeros where the pass was not made.
+    second_pass_needed : callable, optional
+        ``second_pass_needed(state, stats, params, **options) -> bool``: whether the
+        second pass is needed at all (a streamed fit skips it otherwise); default
+        always.
+    options, name, rows, vectorized
         As for :class:`Algorithm`.
     """
 
@@ -116,6 +132,9 @@ class StatisticsAlgorithm(NamedTuple):
     options: tuple = ()
     name: str = "fit"
     rows: tuple = ()
+    second_pass: Callable | None = None
+    second_pass_needed: Callable | None = None
+    vectorized: bool = True
 
 
 class Run(NamedTuple):
@@ -150,12 +169,29 @@ def _step_of(algorithm):
     if isinstance(algorithm, StatisticsAlgorithm):
         from inference.engine.sharding import psum
 
+        def summed(stats, shard):
+            if shard is None:
+                return stats
+            leaves, treedef = jax.tree.flatten(stats)
+            return jax.tree.unflatten(treedef, list(psum(tuple(leaves), shard.axis_name)))
+
         def step(key, state, data, params, shard):
             valid = None if shard is None else shard.valid
-            stats = algorithm.statistics(key, state, data, params, valid, **options)
-            if shard is not None:
-                leaves, treedef = jax.tree.flatten(stats)
-                stats = jax.tree.unflatten(treedef, list(psum(tuple(leaves), shard.axis_name)))
+            stats = summed(algorithm.statistics(key, state, data, params, valid, **options),
+                           shard)
+            if algorithm.second_pass is not None:
+                def second():
+                    return algorithm.second_pass(key, state, stats, data, params, valid,
+                                                 **options)
+
+                needed = (True if algorithm.second_pass_needed is None else
+                          algorithm.second_pass_needed(state, stats, params, **options))
+                like = jax.eval_shape(second)
+                # Each device's part in the conditional, the sum outside it (a collective
+                # inside a conditional can hang XLA's CPU runtime).
+                extra = jax.lax.cond(needed, second, lambda: jax.tree.map(
+                    lambda s: jnp.zeros(s.shape, s.dtype), like))
+                stats = (stats, summed(extra, shard))
             return algorithm.update(state, stats, params, **options)
 
         return step
@@ -206,6 +242,8 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
         return new_state, info, converged
 
     def all_starts(keys, counts, states, previous, done):
+        if not getattr(algorithm, "vectorized", True):
+            return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done))
         if restart_batch is None and keys.shape[0] == 1:
             # One start runs unbatched: XLA compiles a vmap of one differently, and the
             # float rounding of a single fit stays that of its step alone (a step's

@@ -29,6 +29,14 @@ from inference.engine.streaming import Pass, batches
 __all__ = ["run_passes"]
 
 
+def _each(algorithm, fn, *args):
+    """``fn`` over the starts (leading axis of ``args``): ``vmap``, or one at a time
+    (``lax.map``) for an algorithm that is not ``vectorized``."""
+    if getattr(algorithm, "vectorized", True):
+        return jax.vmap(fn)(*args)
+    return jax.lax.map(lambda a: fn(*a), args)
+
+
 @partial(jax.jit, static_argnames=("algorithm",))
 def _batch_statistics(algorithm, keys, states, rows, valid, params):
     options = dict(algorithm.options)
@@ -36,7 +44,39 @@ def _batch_statistics(algorithm, keys, states, rows, valid, params):
     def one(key, state):
         return algorithm.statistics(key, state, (rows,), params, valid, **options)
 
-    return jax.vmap(one)(keys, states)
+    return _each(algorithm, one, keys, states)
+
+
+def _second_sums(algorithm, keys, states, total, rows, valid, params):
+    options = dict(algorithm.options)
+
+    def one(key, state, stats):
+        return algorithm.second_pass(key, state, stats, (rows,), params, valid, **options)
+
+    return _each(algorithm, one, keys, states, total)
+
+
+_batch_second = jax.jit(_second_sums, static_argnames=("algorithm",))
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _second_needed(algorithm, states, total, params, done):
+    """Whether some start that goes on needs the second pass."""
+    if algorithm.second_pass_needed is None:
+        return jnp.any(~done)
+    options = dict(algorithm.options)
+
+    def one(state, stats):
+        return jnp.asarray(algorithm.second_pass_needed(state, stats, params, **options))
+
+    return jnp.any(_each(algorithm, one, states, total) & ~done)
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _second_zeros(algorithm, keys, states, total, rows, valid, params):
+    like = jax.eval_shape(lambda: _second_sums(algorithm, keys, states, total, rows, valid,
+                                               params))
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), like)
 
 
 @partial(jax.jit, static_argnames=("algorithm",))
@@ -57,12 +97,12 @@ def _update(algorithm, states, stats, params, previous, done, tol):
         new_state = jax.tree.map(lambda old, new: jnp.where(done, old, new), state, new_state)
         return new_state, info, converged
 
-    return jax.vmap(one)(states, stats, previous, done)
+    return _each(algorithm, one, states, stats, previous, done)
 
 
 def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, keys,
                max_iterations: int, tol=0.0, batch_size=None, dtype=None,
-               progress_bar: bool = False) -> Run:
+               progress_bar: bool = False, block=None) -> Run:
     """Run ``algorithm`` from every start in ``states``, one pass over ``source`` per iteration.
 
     Parameters
@@ -85,6 +125,13 @@ def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, key
         The float type the batches are sent in; default that of the first state leaf.
     progress_bar : bool
         A tqdm bar over the passes.
+    block : int, optional
+        Batches are padded with zero rows (``valid`` False) to whole blocks of this
+        many rows (:class:`~inference.engine.streaming.Pass`); default one block of
+        the batch size.
+
+    A ``second_pass`` of the algorithm reads the batches once more in an iteration
+    where some start needs it.
 
     Returns
     -------
@@ -111,13 +158,16 @@ def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, key
     with progress(max_iterations, algorithm.name, progress_bar) as every:
         for iteration in range(max_iterations):
             total = None
-            passes = Pass(data, dtype, batch_rows, block=batch_rows)
+            passes = Pass(data, dtype, batch_rows, block=block or batch_rows)
             for index, (padded, rows) in enumerate(passes):
                 valid = jnp.arange(padded.shape[0]) < rows
                 batch_keys = _batch_keys(keys, iteration, index)
                 stats = _batch_statistics(algorithm, batch_keys, states, padded, valid, params)
                 total = stats if total is None else _add(algorithm, total, stats)
                 passes.done(total)
+            if algorithm.second_pass is not None:
+                total = (total, _second(algorithm, passes, keys, iteration, states, total,
+                                        params, done, padded, valid))
             states, info, converged = _update(algorithm, states, total, params, previous, done,
                                               tol)
             infos.append(info)
@@ -130,6 +180,22 @@ def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, key
             if bool(jnp.all(done)):
                 break
     return Run(states, _stack(infos, dones, max_iterations), jnp.asarray(counts), done)
+
+
+def _second(algorithm, passes, keys, iteration, states, total, params, done, rows, valid):
+    """The second pass's sums (zeros when no start that goes on needs it); ``rows`` and
+    ``valid`` are the last batch of the first pass (for the shapes of the zeros)."""
+    if not bool(_second_needed(algorithm, states, total, params, done)):
+        keys_0 = _batch_keys(keys, iteration, 0)
+        return _second_zeros(algorithm, keys_0, states, total, rows, valid, params)
+    extra = None
+    for index, (padded, count) in enumerate(passes):
+        batch_valid = jnp.arange(padded.shape[0]) < count
+        batch_keys = _batch_keys(keys, iteration, index)
+        sums = _batch_second(algorithm, batch_keys, states, total, padded, batch_valid, params)
+        extra = sums if extra is None else _add(algorithm, extra, sums)
+        passes.done(extra)
+    return extra
 
 
 @jax.jit

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
+from inference.engine import host, warn_not_converged
 from inference.mixture.features import project
 from inference.mixture.mstep import pad
 from inference.mixture.result import MODES
@@ -129,10 +129,7 @@ def check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prun
             f"{min_count} points each, variance_threshold={variance_threshold}; {data_name} "
             f"has {num} examples in {dim} dimensions); use fewer components, "
             "covariance='diag' or 'spherical', a smaller min_count, or prune=False")
-    if not done:
-        warnings.warn(f"{caller}: not converged after {max_iterations} iterations "
-                      f"(mode={mode!r}); raise max_iterations", ConvergenceWarning,
-                      stacklevel=stacklevel)
+    warn_not_converged(caller, done, max_iterations, f"mode={mode!r}", stacklevel=stacklevel + 1)
     collapsed = np.zeros(0, int)
     if not prune and mode != "nearest":
         smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]

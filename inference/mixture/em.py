@@ -61,6 +61,12 @@ redundant component (it keeps its points and stays non-singular);
 ``weight_rule="mml"`` is a named variant that does (see :func:`fit_mixture`
 and ``examples/yingyang_selection.py``).
 
+The iteration is an engine step (:mod:`inference.mixture.algorithm`):
+:func:`fit_mixture` checks its arguments, builds the start and hands the step to
+:func:`inference.engine.run`, which runs the loop, keeps the trace, writes the
+checkpoints and splits the examples over devices; a stream of batches goes to
+:func:`inference.mixture.stream.fit_mixture_stream` (the engine's passes).
+
 References
 ----------
 Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24), 5.2.
@@ -68,19 +74,26 @@ Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24), 5.2.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
-from inference.engine.sharding import (
-    mesh_size,
-    pad_examples,
-    resolve_mesh,
-    shard_examples,
-)
+from inference.engine import host, run, select
+from inference.engine.checkpoint import checkpointing, jsonable
+from inference.engine.sharding import mesh_size, resolve_mesh
 from inference.engine.streaming import is_stream
 from inference.mixture import stream as streaming
+from inference.mixture.algorithm import (
+    Params,
+    em_algorithm,
+    finish,
+    finish_sharded,
+    initial_states,
+    layout,
+    prepare,
+)
 from inference.mixture.checks import (
     check_end,
     check_options,
@@ -91,10 +104,9 @@ from inference.mixture.checks import (
 )
 from inference.mixture.criteria import criteria
 from inference.mixture.features import component_log_joint, natural_parameters, quadratic_features
-from inference.mixture.loop import checkpoint_settings, run_em
 from inference.mixture.result import MODES, MixtureResult, MixtureTrace
 from inference.mixture.seeding import has_distinct_rows
-from inference.mixture.sharded import run_sharded
+from inference.mixture.sweep import EMState
 from ppl_models.validation import (
     MissingKeyError,
     check_data,
@@ -235,26 +247,39 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         raise MissingKeyError("rng_key is required unless init_means is given")
     state, weight_offset = initial_state(x, k, spread, covariance, init, rng_key, init_means,
                                           init_weights, init_covariances, weight_rule)
-    options = dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune)
-    checkpoint = checkpoint_settings(
-        checkpoint_path, checkpoint_every, resume_from, mesh=mesh, devices=devices, x=x,
-        state=state, rng_key=rng_key,
-        options=dict(options, num_components=k, tol=tol, reg_covar=reg_covar,
-                     min_count=min_count, variance_threshold=variance_threshold,
-                     weight_rule=weight_rule, init=init))
+    if mesh is not None and (checkpoint_path, checkpoint_every, resume_from) != (None,) * 3:
+        raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
+                         f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
+    checkpoint = checkpointing(
+        checkpoint_path, checkpoint_every, resume_from,
+        dict(mode=mode, covariance=covariance, max_iterations=max_iterations, prune=prune,
+             num_components=k, tol=tol, reg_covar=reg_covar, min_count=min_count,
+             variance_threshold=variance_threshold, weight_rule=weight_rule, init=init,
+             rng_key=jsonable(rng_key)),
+        data=(x,), initial_state=tuple(state))
+    devices_count = 1 if mesh is None else mesh_size(mesh)
+    block, rows = layout(num, dim, covariance, devices_count)
+    data, shift = prepare(x, covariance=covariance, block=block, rows=rows)
+    params = Params(shift, *(jnp.asarray(value, x.dtype) for value in (
+        tol, reg_covar, min_count, variance_threshold * spread, weight_offset)))
+    algorithm = em_algorithm(mode=mode, covariance=covariance, prune=prune, block=block,
+                             num=num)
+    states = initial_states(state, labels=rows if mode != "stochastic" else 1)
+    fitted = run(algorithm, states, data, params, keys=_keys(),
+                 max_iterations=max_iterations, tol=tol, mesh=mesh, checkpoint=checkpoint)
+    final, trace, it, done = select(fitted, 0)
+    state = EMState(final.weights, final.means, final.covariances, final.active)
     if mesh is None:
-        state, it, done, objective_trace, count_trace, values, labels, nearest = run_em(
-            x, state, tol, reg_covar, min_count, variance_threshold * spread, weight_offset,
-            checkpoint=checkpoint, **options)
+        values, labels, nearest = finish(x, data[1], data[2], shift, state,
+                                         covariance=covariance, block=block,
+                                         map_is_nearest=mode == "nearest")
     else:
-        padded, valid = shard_examples(mesh, *pad_examples(x, mesh_size(mesh)))
-        state, it, done, objective_trace, count_trace, values, labels, nearest = run_sharded(
-            padded, valid, state, tol, reg_covar, min_count, variance_threshold * spread,
-            weight_offset, mesh=mesh, **options)
+        values, labels, nearest = finish_sharded(data, shift, state, covariance=covariance,
+                                                 block=block, map_is_nearest=mode == "nearest",
+                                                 mesh=mesh)
         labels, nearest = labels[:num], nearest[:num]
-    it, done, values, active = jax.device_get((it, done, values, state.active))
-    it = int(it)
-    keep, collapsed = check_end("fit_mixture", "x", state, active, bool(done), k, num, dim,
+    values, active = jax.device_get((values, state.active))
+    keep, collapsed = check_end("fit_mixture", "x", state, active, done, k, num, dim,
                                  mode=mode, prune=prune, min_count=min_count,
                                  variance_threshold=variance_threshold, spread=spread,
                                  reg_covar=reg_covar, max_iterations=max_iterations)
@@ -265,9 +290,7 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     labels = nearest if mode == "nearest" else labels
     if not is_prefix(keep):
         labels = host.take(np.asarray(np.cumsum(active) - 1, np.int32), labels)
-    traces = (objective_trace, count_trace)
-    if it < max_iterations:
-        traces = tuple(host.head(trace, it) for trace in traces)
+    traces = (trace.objective, trace.num_components)
     return MixtureResult(
         weights=weights, means=means, covariances=cov, num_components=int(keep.size),
         labels=labels, L_stocha=values["L_stocha"], L_map=values["L_map"],
@@ -276,3 +299,9 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
 
+
+
+@functools.cache
+def _keys():
+    """The engine's key of the one start (the fit draws nothing at random once started)."""
+    return jax.random.split(jax.random.key(0), 1)

@@ -102,7 +102,7 @@ def finish_m_step(parts, state, reg_covar, min_count, variance_floor, weight_off
 
 
 def m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, prune,
-            min_count, variance_floor, weight_offset, axis_name=None):
+            min_count, variance_floor, weight_offset, axis_name=None, num=None):
     """Weights, means and covariances from the sweep's statistics (eq. 17-18, 19-20, 21-22).
 
     The moment form (:func:`moment_form`) where it can be trusted; else the
@@ -111,17 +111,20 @@ def m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, 
     assignment. ``axis_name`` (the sharded fit, inside ``shard_map``): x,
     ``labels`` and ``features`` are one device's rows (``features.valid`` False on
     padded ones), ``stats`` already summed over the devices; the exact fallbacks
-    are summed over the devices too.
+    are summed over the devices too. x and ``labels`` may be padded to whole blocks;
+    on one device ``num`` (static) is then the number of examples, the first rows.
     """
-    num = x.shape[0]
+    rows = x.shape[0]
+    num = rows if num is None else num
     parts = moment_form(stats, state, features.shift, mode=mode, covariance=covariance)
     means = parts["means"]
     if mode == "nearest":
         def exact():
-            residual = x - means[labels]
             if axis_name is None:
+                residual = x[:num] - means[labels[:num]]
                 return jnp.sum(residual * residual)
-            valid = features.valid.reshape(-1)[:num]
+            residual = x - means[labels]
+            valid = features.valid.reshape(-1)[:rows]
             return jnp.sum(jnp.where(valid[:, None], residual * residual, 0.0))
     else:
         def exact():

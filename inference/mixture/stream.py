@@ -12,8 +12,11 @@ only).
 passes. The E-step and the M-step's sufficient statistics are sums over
 examples (``R^T t(x)`` of the module docstring of :mod:`inference.mixture.em`), so
 each EM iteration streams the batches once and adds up every batch's
-statistics and objective; the closed-form M-step then runs once on the sums.
-All batches use one fixed shift of the quadratic features (the data's mean,
+statistics and objective; the closed-form M-step then runs once on the sums:
+the iteration is an engine :class:`~inference.engine.StatisticsAlgorithm`
+(:func:`stream_algorithm`) run by :func:`inference.engine.passes.run_passes`, which
+reads the batches, keeps the trace and applies the stopping test. All batches
+use one fixed shift of the quadratic features (the data's mean,
 found by a first pass that also counts and checks the rows). Passes made by a
 fit with I iterations: 1 (counts, mean, variance, checks) + I (EM) + 1
 (criteria at the final parameters) + one per iteration whose moment-form
@@ -45,13 +48,16 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
+from inference.engine import StatisticsAlgorithm, host, select
+from inference.engine.passes import run_passes
 from inference.engine.streaming import Pass, batches, merge_moments
+from inference.mixture.algorithm import EMInfo, MixtureState, initial_states, settled
 from inference.mixture.checks import check_end, check_options, check_reg_covar, initial_state
 from inference.mixture.features import feature_width, kind_of, quadratic_features
 from inference.mixture.mstep import finish_m_step, moment_form
@@ -74,10 +80,10 @@ __all__ = ["fit_mixture_stream"]
 
 
 # ---------------------------------------------------------------------------------------
-# Per-batch device functions. Each takes one batch padded to whole blocks of ``block``
-# rows (``_padded``) and scans over its blocks, building the quadratic features of one
-# block at a time (so a batch needs no (rows, p) feature array), as ``sweep`` does over
-# the in-memory fit's blocks.
+# The streamed EM's statistics, exact pass and update, and the criteria of one batch. Each
+# per-batch function takes one batch padded to whole blocks of ``block`` rows and scans
+# over its blocks, building the quadratic features of one block at a time (so a batch
+# needs no (rows, p) feature array), as ``sweep`` does over the in-memory fit's blocks.
 
 
 def _blocked(rows, num_valid, block):
@@ -87,17 +93,43 @@ def _blocked(rows, num_valid, block):
     return rows.reshape(-1, block, dim), valid
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "kind", "block"))
-def _batch_statistics(rows, num_valid, eta, active, shift, *, mode, kind, block):
+class StreamParams(NamedTuple):
+    """The numbers the streamed EM reads: the features' shift, the number of rows, and
+    :class:`inference.mixture.algorithm.Params`' others."""
+
+    shift: jax.Array
+    num: jax.Array
+    tol: jax.Array
+    reg_covar: jax.Array
+    min_count: jax.Array
+    variance_floor: jax.Array
+    weight_offset: jax.Array
+
+
+def _parameters(state):
+    return EMState(state.weights, state.means, state.covariances, state.active)
+
+
+def _eta(state, shift, mode, covariance):
+    """The program's natural parameters at ``state`` (``inference.mixture.sweep.log_joint_eta``)."""
+    x1 = jnp.zeros((1, state.means.shape[1]), state.means.dtype)  # the trace needs a shape only
+    return log_joint_eta(x1, _parameters(state), mode, covariance, shift)
+
+
+def batch_statistics(rng_key, state, data, params, valid, *, mode, covariance, block, prune):
     """E-step and M-step statistics of one batch: ``R^T t(x)`` (k, p) and the summed
-    objective (``inference.mixture.sweep.sweep`` on the batch, features built per block)."""
+    objective (``inference.mixture.sweep.sweep`` on the batch, features built per block,
+    so that a batch needs no (rows, p) feature array)."""
+    (rows,) = data
+    kind = kind_of(covariance)
+    eta = _eta(state, params.shift, mode, covariance)
     k, p = eta.shape
 
     def body(carry, blk):
         stats, total = carry
         xb, valid = blk
-        phi = quadratic_features(xb, kind, shift)[1]
-        resp, labels, value = block_responsibilities(phi, valid, eta, active, mode,
+        phi = quadratic_features(xb, kind, params.shift)[1]
+        resp, labels, value = block_responsibilities(phi, valid, eta, state.active, mode,
                                                       one_hot=False)
         if resp is None:  # hard modes: sum the rows of each component
             block_stats = jax.ops.segment_sum(jnp.where(valid[:, None], phi, 0.0), labels, k)
@@ -106,37 +138,96 @@ def _batch_statistics(rows, num_valid, eta, active, shift, *, mode, kind, block)
         return (stats + block_stats, total + jnp.sum(value)), None
 
     zero = (jnp.zeros((k, p), eta.dtype), jnp.zeros((), eta.dtype))
-    (stats, total), _ = jax.lax.scan(body, zero, _blocked(rows, num_valid, block))
+    blocks = (rows.reshape(-1, block, rows.shape[1]), valid.reshape(-1, block))
+    (stats, total), _ = jax.lax.scan(body, zero, blocks)
     return stats, total
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "kind", "covariance", "block"))
-def _batch_exact(rows, num_valid, eta, active, shift, means, *, mode, kind, covariance, block):
-    """The M-step's exact fallback on one batch, with the E-step's ``eta`` and new ``means``.
+def exact_needed(state, stats, params, *, mode, covariance, block, prune):
+    """Whether the moment-form covariances would cancel (``m_step``'s fallback)."""
+    return moment_form(stats[0], _parameters(state), params.shift, mode=mode,
+                       covariance=covariance)["cancels"]
+
+
+def batch_exact(rng_key, state, stats, data, params, valid, *, mode, covariance, block,
+                prune):
+    """The M-step's exact fallback on one batch, with the E-step's parameters and the new
+    means of the summed ``stats``.
 
     ``"nearest"``: sum_n ||x_n - m_{y_n}||^2 over the batch; else the scatter
     sum_n r_ny (x_n - m_y)(x_n - m_y)^T (k, d, d), or its diagonal (k, d)
     (``inference.mixture.sweep.exact_scatter``).
     """
+    (rows,) = data
+    kind = kind_of(covariance)
+    eta = _eta(state, params.shift, mode, covariance)
+    means = moment_form(stats[0], _parameters(state), params.shift, mode=mode,
+                        covariance=covariance)["means"]
     k, dim = means.shape
 
     def body(total, blk):
         xb, valid = blk
-        phi = quadratic_features(xb, kind, shift)[1]
+        phi = quadratic_features(xb, kind, params.shift)[1]
         if mode == "nearest":
-            labels = block_responsibilities(phi, valid, eta, active, mode, one_hot=False)[1]
+            labels = block_responsibilities(phi, valid, eta, state.active, mode,
+                                            one_hot=False)[1]
             residual = xb - means[labels]
             return total + jnp.sum(jnp.where(valid, jnp.sum(residual * residual, 1), 0.0)), None
-        resp = block_responsibilities(phi, valid, eta, active, mode)[0]
+        resp = block_responsibilities(phi, valid, eta, state.active, mode)[0]
         centred = xb[None, :, :] - means[:, None, :]
         if covariance == "full":
             return total + jnp.einsum("nk,kni,knj->kij", resp, centred, centred), None
         return total + jnp.einsum("nk,kni->ki", resp, centred * centred), None
 
     shape = () if mode == "nearest" else ((k, dim, dim) if covariance == "full" else (k, dim))
-    total, _ = jax.lax.scan(body, jnp.zeros(shape, means.dtype),
-                            _blocked(rows, num_valid, block))
+    blocks = (rows.reshape(-1, block, dim), valid.reshape(-1, block))
+    total, _ = jax.lax.scan(body, jnp.zeros(shape, means.dtype), blocks)
     return total
+
+
+def update(state, stats, params, *, mode, covariance, block, prune):
+    """The M-step from the summed statistics (and the exact pass's sums, used where the
+    moment form would cancel), and the stopping test.
+
+    The hard modes stop when an iteration leaves the parameters bitwise unchanged
+    (the same labels give the same parameters; a stream keeps no label array).
+    """
+    (moments, total), exact = stats
+    parameters = _parameters(state)
+    # The M-step's halves apart (an optimisation barrier), as separate programs round the
+    # exact pass: fused, their floats differ in the last digit.
+    parts = jax.lax.optimization_barrier(
+        moment_form(moments, parameters, params.shift, mode=mode, covariance=covariance))
+    cov = jax.lax.cond(parts["cancels"], lambda: exact / parts["norm"], lambda: parts["cov"])
+    parts = jax.lax.optimization_barrier(dict(parts, cov=cov))
+    new = finish_m_step(parts, parameters, params.reg_covar, params.min_count,
+                        params.variance_floor, params.weight_offset, mode=mode,
+                        covariance=covariance, prune=prune)
+    objective = total / params.num
+    converged = settled(objective, state.objective, params.tol)
+    if mode != "stochastic":  # no label changed <=> the parameters stand still
+        same = jnp.all(jnp.stack([jnp.array_equal(a, b)
+                                  for a, b in zip(new, parameters, strict=True)]))
+        converged = converged | (jnp.isfinite(state.objective) & same)
+    info = EMInfo(objective, jnp.sum(new.active).astype(jnp.int32), converged)
+    return MixtureState(*new, state.labels, objective), info
+
+
+_eta_jit = jax.jit(_eta, static_argnames=("mode", "covariance"))
+
+
+@functools.cache
+def _keys():
+    """The engine's key of the one start (the fit draws nothing at random)."""
+    return jax.random.split(jax.random.key(0), 1)
+
+
+def stream_algorithm(*, mode, covariance, block, prune) -> StatisticsAlgorithm:
+    """The streamed EM as the engine's :class:`~inference.engine.StatisticsAlgorithm`."""
+    return StatisticsAlgorithm(batch_statistics, update, options=(
+        ("mode", mode), ("covariance", covariance), ("block", block), ("prune", prune)),
+        name="fit_mixture_stream", second_pass=batch_exact, second_pass_needed=exact_needed,
+        vectorized=False)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "map_is_nearest", "block"))
@@ -172,21 +263,6 @@ def _batch_criteria(rows, num_valid, eta_joint, eta_energy, active, log_weights,
     zero = (jnp.zeros((), means.dtype),) * 3 + (jnp.zeros(k, means.dtype),)
     sums, (labels, nearest) = jax.lax.scan(body, zero, _blocked(rows, num_valid, block))
     return sums, labels.reshape(-1), nearest.reshape(-1)
-
-
-@functools.partial(jax.jit, static_argnames=("mode", "covariance"))
-def _eta(state, shift, *, mode, covariance):
-    """The program's natural parameters at ``state`` (``inference.mixture.sweep.log_joint_eta``)."""
-    x1 = jnp.zeros((1, state.means.shape[1]), state.means.dtype)  # the trace needs a shape only
-    return log_joint_eta(x1, state, mode, covariance, shift)
-
-
-# ---------------------------------------------------------------------------------------
-# The M-step in two halves around the optional exact pass: the halves of
-# ``inference.mixture.mstep.m_step``, whose fallback reads x in memory.
-
-_moment_form_jit = jax.jit(moment_form, static_argnames=("mode", "covariance"))
-_finish_m_step_jit = jax.jit(finish_m_step, static_argnames=("mode", "covariance", "prune"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,57 +400,27 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
                                           covariance, init, rng_key, init_means, init_weights,
                                           init_covariances, weight_rule)
     kind = kind_of(covariance)
-    passes = Pass(data, dtype, first.shape[0],
-                  block=block_rows(first.shape[0], feature_width(kind, dim)))
-    block = passes.block
-    numbers = (jnp.asarray(reg_covar, dtype), jnp.asarray(min_count, dtype),
-               jnp.asarray(variance_threshold * spread, dtype),
-               jnp.asarray(weight_offset, dtype))
-
-    objective_trace, count_trace = [], []
-    previous, done = math.inf, False
-    for it in range(max_iterations):
-        eta = _eta(state, shift, mode=mode, covariance=covariance)
-        stats, total, rows_seen = 0.0, 0.0, 0
-        for rows, count in passes:  # one EM pass: sums of the batches' statistics
-            batch_stats, batch_total = _batch_statistics(rows, count, eta, state.active, shift,
-                                                         mode=mode, kind=kind, block=block)
-            stats, total, rows_seen = stats + batch_stats, total + batch_total, rows_seen + count
-            passes.done(total)
-        _checked_rows(rows_seen, num, "source", f"EM iteration {it + 1}")
-        objective = total / num
-        parts = _moment_form_jit(stats, state, shift, mode=mode, covariance=covariance)
-        if bool(parts["cancels"]):  # the exact pass about the new means (m_step's fallback)
-            exact = 0.0
-            for rows, count in passes:
-                exact = exact + _batch_exact(rows, count, eta, state.active, shift,
-                                             parts["means"], mode=mode, kind=kind,
-                                             covariance=covariance, block=block)
-                passes.done(exact)
-            parts = dict(parts, cov=exact / parts["norm"])
-        new = _finish_m_step_jit(parts, state, *numbers, mode=mode, covariance=covariance,
-                                 prune=prune)
-        objective = float(objective)
-        change = abs(previous - objective) / max(abs(objective), 1e-30)
-        same = False
-        if mode != "stochastic" and it > 0:  # no label changed <=> the parameters stand still
-            same = all(bool(jnp.array_equal(a, b)) for a, b in zip(new, state, strict=True))
-        done = change <= tol or same
-        objective_trace.append(objective)
-        count_trace.append(int(jnp.sum(new.active)))
-        state, previous = new, objective
-        if done:
-            break
-    iterations = len(objective_trace)
+    block = block_rows(first.shape[0], feature_width(kind, dim))
+    params = StreamParams(shift, *(jnp.asarray(value, dtype) for value in (
+        num, tol, reg_covar, min_count, variance_threshold * spread, weight_offset)))
+    states = initial_states(state, labels=1)
+    fitted = run_passes(stream_algorithm(mode=mode, covariance=covariance, block=block,
+                                         prune=prune),
+                        states, data, params, keys=_keys(), max_iterations=max_iterations,
+                        tol=tol, dtype=dtype, block=block)
+    final, trace, iterations, done = select(fitted, 0)
+    done = bool(done)
+    state = EMState(final.weights, final.means, final.covariances, final.active)
+    passes = Pass(data, dtype, first.shape[0], block=block)
 
     # The criteria at the final parameters, over one more pass.
     kp = state.means.shape[0]
     active = state.active
     equal = jnp.where(active, 1.0, 0.0).astype(dtype) / jnp.maximum(jnp.sum(active), 1)
     eye = jnp.broadcast_to(jnp.eye(dim, dtype=dtype), (kp, dim, dim))
-    eta_joint = _eta(state, shift, mode="stochastic", covariance=covariance)
-    eta_energy = _eta(EMState(equal, state.means, eye, active), shift, mode="nearest",
-                      covariance="spherical")
+    eta_joint = _eta_jit(state, shift, mode="stochastic", covariance=covariance)
+    eta_energy = _eta_jit(EMState(equal, state.means, eye, active), shift, mode="nearest",
+                          covariance="spherical")
     log_weights = jnp.log(jnp.where(state.weights > 0, state.weights, 1.0))
     sums, labels_parts, rows_seen = None, [], 0
     for rows, count in passes:
@@ -414,10 +460,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         covariances=host.take(state.covariances, keep), num_components=int(keep.size),
         labels=labels,
         L_stocha=values["L_stocha"], L_map=values["L_map"], L_NN=values["L_NN"], J=values["J"],
-        # Converted on the host: a list of a new length through jnp.asarray would compile
-        # a conversion for every number of iterations.
-        trace=MixtureTrace(host.array(objective_trace, dtype),
-                           host.array(count_trace, np.int32)),
+        trace=MixtureTrace(trace.objective, trace.num_components),
         num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))

@@ -59,7 +59,7 @@ def block_rows(num, width):
     return max(1, min(rows, num))
 
 
-class _Features(NamedTuple):
+class BlockFeatures(NamedTuple):
     """The data's quadratic features, padded to whole blocks (built once per fit)."""
 
     shift: jax.Array  # (d,) the data's centre
@@ -67,15 +67,15 @@ class _Features(NamedTuple):
     valid: jax.Array  # (num_blocks, rows) False on padded rows
 
 
-def block_features(x, kind, shift=None, valid=None):
+def block_features(x, kind, shift=None, valid=None, block=None):
     """:func:`quadratic_features` of x cut into blocks of :func:`block_rows` rows.
 
     ``shift`` defaults to the mean of x; ``valid`` (rows,) marks rows that are
     padding already (one device's rows of a sharded fit) as False. Rows added to
-    fill the last block are masked too.
+    fill the last block are masked too. ``block`` (static) overrides the rows per block.
     """
     num, dim = x.shape
-    block = block_rows(num, feature_width(kind, dim))
+    block = block_rows(num, feature_width(kind, dim)) if block is None else block
     num_blocks = -(-num // block)
     extra = num_blocks * block - num
     shift = jnp.mean(x, axis=0) if shift is None else shift
@@ -91,7 +91,7 @@ def block_features(x, kind, shift=None, valid=None):
         phi = jnp.pad(quadratic_features(x, kind, shift)[1], ((0, extra), (0, 0)))
         phi = phi.reshape(num_blocks, block, -1)
     valid = jnp.ones(num, bool) if valid is None else valid
-    return _Features(shift, phi, jnp.pad(valid, (0, extra)).reshape(num_blocks, block))
+    return BlockFeatures(shift, phi, jnp.pad(valid, (0, extra)).reshape(num_blocks, block))
 
 
 def log_joint_eta(x, state, mode, covariance, shift):
@@ -144,6 +144,14 @@ def sweep(features, eta, active, mode, num):
     component), the objective (mean over examples: minus the log-likelihood, the
     hard free energy or E_MSE) and, for the hard modes, the labels (num,).
     """
+    stats, total, labels = sweep_sums(features, eta, active, mode)
+    return stats, total / num, None if labels is None else labels[:num]
+
+
+def sweep_sums(features, eta, active, mode):
+    """:func:`sweep`'s sums: ``R^T t(x)`` (k, p), the objective summed over the valid
+    examples, and for the hard modes the labels of every row of the blocks (padding
+    included; None for ``"stochastic"``)."""
     k, p = eta.shape
 
     def body(carry, block):
@@ -160,8 +168,7 @@ def sweep(features, eta, active, mode, num):
 
     zero = (jnp.zeros((k, p), eta.dtype), jnp.zeros((), eta.dtype))
     (stats, total), labels = jax.lax.scan(body, zero, (features.blocks, features.valid))
-    labels = None if labels is None else labels.reshape(-1)[:num]
-    return stats, total / num, labels
+    return stats, total, None if labels is None else labels.reshape(-1)
 
 
 def cancellation_limit(dtype):

@@ -28,7 +28,6 @@ from inference.engine import loop as engine_loop
 from inference.gvq import em as gvq
 from inference.mcvq import em as mcvq
 from inference.mixture import em as mixture
-from inference.mixture import loop as mixture_loop
 from ppl_models import gvq as gvq_model
 from ppl_models import mcvq as mcvq_model
 from ppl_models.datasets import shapes
@@ -319,7 +318,7 @@ def test_mixture_chunks_and_resume_are_bit_identical(mixture_data, tmp_path, mon
                                   checkpoint_every=1, **options)
     assert_identical(reference, chunked)
     path = tmp_path / "mixture.npz"
-    interrupt_after(monkeypatch, mixture_loop, "_advance_single", 2)
+    interrupt_after(monkeypatch, engine_loop, "_advance_jit", 2)
     with pytest.raises(KeyboardInterrupt):
         mixture.fit_mixture(mixture_data, 3, checkpoint_path=path, checkpoint_every=1,
                             **options)
