@@ -46,7 +46,7 @@ MOVED_MODULES = {
     "inference.mixture_baselines": "inference.mixture.baselines",
     "inference.mixture_online": "inference.mixture.online",
     "inference.mixture_selection": "inference.mixture.selection",
-    "inference.mixture_sharded": "inference.mixture.sharded",
+    "inference.mixture_sharded": "inference.mixture.em",
     "inference.model_selection": "inference.app.selection",
     "inference.model_selection_mcvq": "inference.mcvq.selection",
     "inference.numpyro_baselines": "inference.gvq.baselines",
