@@ -32,7 +32,7 @@ trace reaches it. Time to target = the peer's warm wall time for the whole
 ``--svi-steps`` run times (steps to target / ``--svi-steps``): every step of
 the scan costs the same, and the fixed costs (start, checks) are scaled down
 with it, in the peer's favour. Each peer is tuned: every step size of
-``--step-sizes`` is run and the one reaching the target in the fewest steps
+``--learning-rates`` is run and the one reaching the target in the fewest steps
 is timed. Ours is timed as the public ``fit_mcvq`` call (checks, start,
 jitted EM loop). First calls (compilation) are in their own column; then
 ``--repeats`` warm calls of ours and of the tuned peer, interleaved; median
@@ -113,8 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--restarts", type=int, default=5,
                         help="starts of the third EM row (best final free energy kept)")
     parser.add_argument("--svi-steps", type=int, help="default 1000 (quick: 300)")
-    parser.add_argument("--step-sizes", type=float, nargs="+",
-                        help="Adam step sizes tried (default 0.01 0.03 0.1 0.3 1; quick 0.1 0.3)")
+    parser.add_argument("--learning-rates", type=float, nargs="+",
+                        help="Adam learning rates tried (default 0.01 0.03 0.1 0.3 1; "
+                        "quick 0.1 0.3)")
     parser.add_argument("--repeats", type=int, help="warm timed calls (default 3; quick 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -122,8 +123,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.num_examples = args.num_examples or (200 if args.quick else 500)
     args.dim = args.dim or (12 if args.quick else 16)
     args.svi_steps = args.svi_steps or (300 if args.quick else 1000)
-    args.step_sizes = args.step_sizes or ([0.1, 0.3] if args.quick
-                                          else [0.01, 0.03, 0.1, 0.3, 1.0])
+    args.learning_rates = args.learning_rates or ([0.1, 0.3] if args.quick
+                                                  else [0.01, 0.03, 0.1, 0.3, 1.0])
     args.repeats = args.repeats or (2 if args.quick else 3)
     return args
 
@@ -198,11 +199,12 @@ def race(args) -> dict:
     peer_runs = {}
     for peer, (fn, _scale) in peers.items():
         runs = {}
-        for i, step_size in enumerate(args.step_sizes):
+        for i, learning_rate in enumerate(args.learning_rates):
             fit, wall = _wall(fn, x, k, j, rng_key=key_fit, num_steps=args.svi_steps,
-                              step_size=step_size)
-            runs[step_size] = {"trace": -np.asarray(fit.trace.objective), "final": -fit.loss,
-                               "first_call_s" if i == 0 else "call_s": wall}
+                              learning_rate=learning_rate)
+            runs[learning_rate] = {"trace": -np.asarray(fit.trace.objective),
+                                   "final": -fit.loss,
+                                   "first_call_s" if i == 0 else "call_s": wall}
         peer_runs[peer] = runs
     # Tune per pair, then time ours and the tuned peers, interleaved.
     pairs = []
@@ -215,11 +217,11 @@ def race(args) -> dict:
             best_lr = (min(reached, key=reached.get) if reached else
                        max(peer_runs[peer], key=lambda lr: peer_runs[peer][lr]["final"]))
             pairs.append({"ours": name, "peer": peer, "scale": scale, "target": target,
-                          "steps_by_step_size": steps, "best_step_size": best_lr,
+                          "steps_by_learning_rate": steps, "best_learning_rate": best_lr,
                           "steps_to_target": reached.get(best_lr),
                           "peer_final": peer_runs[peer][best_lr]["final"],
                           "peer_best_final": max(r["final"] for r in peer_runs[peer].values())})
-    to_time = sorted({(p["peer"], p["best_step_size"]) for p in pairs})
+    to_time = sorted({(p["peer"], p["best_learning_rate"]) for p in pairs})
     em_times = {name: [] for name in ours}
     peer_times = {key: [] for key in to_time}
     for _ in range(args.repeats):
@@ -228,15 +230,15 @@ def race(args) -> dict:
                                         max_iterations=args.em_iterations, **kw)[1])
         for peer, lr in to_time:
             peer_times[(peer, lr)].append(_wall(peers[peer][0], x, k, j, rng_key=key_fit,
-                                                num_steps=args.svi_steps, step_size=lr)[1])
+                                                num_steps=args.svi_steps, learning_rate=lr)[1])
     for pair in pairs:
         ours_spread = _spread(em_times[pair["ours"]])
-        run = np.asarray(peer_times[(pair["peer"], pair["best_step_size"])])
+        run = np.asarray(peer_times[(pair["peer"], pair["best_learning_rate"])])
         pair["ours_s"] = ours_spread
         pair["ours_first_call_s"] = em_first[pair["ours"]]
         pair["ours_iterations"] = em_fit[pair["ours"]].num_iterations
         pair["peer_full_run_s"] = _spread(run)
-        pair["peer_first_call_s"] = peer_runs[pair["peer"]][args.step_sizes[0]]["first_call_s"]
+        pair["peer_first_call_s"] = peer_runs[pair["peer"]][args.learning_rates[0]]["first_call_s"]
         pair["ours_s_per_iteration"] = ours_spread["median"] / pair["ours_iterations"]
         pair["peer_s_per_step"] = float(np.median(run)) / args.svi_steps
         n = pair["steps_to_target"]
@@ -252,11 +254,11 @@ def race(args) -> dict:
                                 float(pair["peer_s"]["max"] / ours_spread["min"])]
         pair["goal_met"] = pair["ratio"] >= GOAL
     return {"size": {"num_examples": num, "dim": args.dim, "num_vqs": k, "num_states": j},
-            "svi_steps": args.svi_steps, "step_sizes": args.step_sizes,
+            "svi_steps": args.svi_steps, "learning_rates": args.learning_rates,
             "repeats": args.repeats, "em_quality": em_quality,
             "em_iterations": {n: f.num_iterations for n, f in em_fit.items()},
-            "peer_final_by_step_size": {p: {str(lr): r["final"] for lr, r in runs.items()}
-                                        for p, runs in peer_runs.items()},
+            "peer_final_by_learning_rate": {p: {str(lr): r["final"] for lr, r in runs.items()}
+                                            for p, runs in peer_runs.items()},
             "pairs": pairs}
 
 
@@ -264,7 +266,7 @@ def print_race(result) -> None:
     size = result["size"]
     print(f"\n(a) variational EM vs NumPyro SVI to equal quality: N = {size['num_examples']}, "
           f"D = {size['dim']}, K = {size['num_vqs']}, J = {size['num_states']}, float32; "
-          f"SVI budget {result['svi_steps']} steps, step sizes {result['step_sizes']}, "
+          f"SVI budget {result['svi_steps']} steps, learning rates {result['learning_rates']}, "
           f"{result['repeats']} warm repeats (median [min-max] seconds)")
     print("scale loglik: (1/N) log p(X | mu, sigma), r and s summed out exactly; "
           "scale elbo: -F_N / N at the learner's own (g, m)")
@@ -282,7 +284,7 @@ def print_race(result) -> None:
             goal += " (peer never reached ours)"
         print(f"{p['ours']:12s} {p['peer']:14s} {p['scale']:6s} {p['target']:9.4f} "
               f"{_fmt_time(p['ours_s']):>24s} {p['ours_iterations']:4d} "
-              f"{p['best_step_size']:5g} {steps:>6s} {_fmt_time(p['peer_s']):>26s} "
+              f"{p['best_learning_rate']:5g} {steps:>6s} {_fmt_time(p['peer_s']):>26s} "
               f"{p['peer_first_call_s']:10.3g} {p['peer_best_final']:9.4f} {ratio:>7s} {goal}")
     print("cost of one iteration (warm median): " + "; ".join(
         f"EM {p['ours']} {1e3 * p['ours_s_per_iteration']:.3g} ms vs {p['peer']} step "

@@ -123,8 +123,9 @@ RENAMED: dict[str, str] = {
     "num_components_trace": "trace.num_components",
     "num_vqs_trace": "trace.num_vqs",
     "num_states_trace": "trace.num_states",
-    # The clipped SVI baseline counts its steps as every iterative result does.
-    "fit_clipped_svi:num_steps": "num_iterations",
+    # The SVI baselines count their steps as every iterative result does.
+    **{f"{case}:num_steps": "num_iterations" for case in (
+        "fit_clipped_svi", "fit_mixture_svi", "fit_mcvq_svi", "fit_mcvq_meanfield_svi")},
 }
 #: Cases whose results kept their 0.1 field names: the streamed online methods.
 KEPT_NAMES = ("fit_online_stream",)

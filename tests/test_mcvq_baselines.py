@@ -177,7 +177,7 @@ def test_svi_learns_a_planted_mcvq(planted):
     program, so on the training data it must reach the truth's likelihood.
     """
     data, x, x_heldout = planted
-    fit = fit_mcvq_svi(x, 2, 3, rng_key=jax.random.key(6), num_steps=300, step_size=0.3)
+    fit = fit_mcvq_svi(x, 2, 3, rng_key=jax.random.key(6), num_steps=300, learning_rate=0.3)
     assert fit.converged and fit.g is None and fit.trace.objective.shape == (300,)
     truth = _planted_score(planted)
     score = score_mcvq(x, *fit_variational(x, fit.mu, fit.sigma), fit.mu, fit.sigma,
@@ -204,7 +204,7 @@ def test_meanfield_svi_learns_a_planted_mcvq(planted):
     _, x, x_heldout = planted
     # Gradient steps on F find local optima as EM does: two starts, the lower loss kept.
     fits = [fit_mcvq_meanfield_svi(x, 2, 3, rng_key=jax.random.key(key), num_steps=300,
-                                   step_size=0.3, tol=1e-2) for key in (6, 7)]
+                                   learning_rate=0.3, tol=1e-2) for key in (6, 7)]
     fit = min(fits, key=lambda f: f.loss)
     assert fit.g.shape == (8, 2) and fit.m.shape == (120, 2, 3)
     score = score_mcvq(x, fit.g, fit.m, fit.mu, fit.sigma, x_heldout=x_heldout)
@@ -218,7 +218,7 @@ def test_meanfield_svi_learns_a_planted_mcvq(planted):
 def test_not_converged_warns(planted):
     _, x, _ = planted
     with pytest.warns(ConvergenceWarning, match="raise num_steps"):
-        fit = fit_mcvq_svi(x, 2, 3, rng_key=jax.random.key(6), num_steps=12, step_size=1e-3,
+        fit = fit_mcvq_svi(x, 2, 3, rng_key=jax.random.key(6), num_steps=12, learning_rate=1e-3,
                            tol=1e-6)
     assert not fit.converged
 
@@ -229,7 +229,7 @@ def test_not_converged_warns(planted):
     ({"num_vqs": 6, "num_states": 5}, ValueError, "num_states \\*\\* num_vqs"),
     ({"rng_key": None}, ValueError, "rng_key"),
     ({"num_steps": 0}, ValueError, "num_steps"),
-    ({"step_size": -0.1}, ValueError, "step_size"),
+    ({"learning_rate": -0.1}, ValueError, "learning_rate"),
     ({"mask": np.ones((3, 8), bool)}, ValueError, "mask must have the shape"),
 ])
 def test_bad_arguments(planted, kwargs, error, match):
@@ -290,7 +290,8 @@ def test_results_saved_with_loss_trace_load(tmp_path):
     from inference.engine import persistence
     from inference.mcvq.baselines_svi import MCVQSVIResult, MCVQSVITrace
 
-    fields = ["loss_trace" if f == "trace" else f for f in MCVQSVIResult._fields]
+    old_names = {"trace": "loss_trace", "num_iterations": "num_steps"}
+    fields = [old_names.get(f, f) for f in MCVQSVIResult._fields]
     old = collections.namedtuple("MCVQSVIResult", fields)
     old.__module__ = "inference.mcvq.baselines"
     values = dict(mu=np.zeros((3, 2, 2)), sigma=np.ones((3, 2, 2)), g=None, m=None,
@@ -301,4 +302,26 @@ def test_results_saved_with_loss_trace_load(tmp_path):
     loaded = persistence.load(path)
     assert type(loaded) is MCVQSVIResult and isinstance(loaded.trace, MCVQSVITrace)
     np.testing.assert_array_equal(loaded.trace.objective, values["loss_trace"])
-    assert loaded.num_steps == 3 and loaded.loss == 1.4 and loaded.g is None
+    assert loaded.num_iterations == 3 and loaded.loss == 1.4 and loaded.g is None
+
+
+def test_results_saved_with_num_steps_load(tmp_path):
+    """A file written when MCVQSVIResult had ``trace`` but still ``num_steps`` (before it
+    became ``num_iterations``) loads as the current class."""
+    import collections
+
+    from inference.engine import persistence
+    from inference.mcvq.baselines_svi import MCVQSVIResult, MCVQSVITrace
+
+    fields = ["num_steps" if f == "num_iterations" else f for f in MCVQSVIResult._fields]
+    old = collections.namedtuple("MCVQSVIResult", fields)
+    old.__module__ = "inference.mcvq.baselines_svi"
+    values = dict(mu=np.zeros((3, 2, 2)), sigma=np.ones((3, 2, 2)), g=None, m=None,
+                  trace=MCVQSVITrace(np.array([3.0, 2.0, 1.5])), loss=1.4, num_steps=3,
+                  converged=True, variance_floor=1e-3)
+    path = persistence.save_tree(tmp_path / "old.npz", old(**values),
+                                 kind="result:inference.mcvq.baselines_svi.MCVQSVIResult")
+    loaded = persistence.load(path)
+    assert type(loaded) is MCVQSVIResult and isinstance(loaded.trace, MCVQSVITrace)
+    np.testing.assert_array_equal(loaded.trace.objective, [3.0, 2.0, 1.5])
+    assert loaded.num_iterations == 3 and loaded.converged is True

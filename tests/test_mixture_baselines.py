@@ -105,6 +105,30 @@ def test_svi_still_moving_warns_and_flags(planted):
     assert not svi.converged
 
 
+def test_an_svi_result_saved_with_loss_trace_and_num_steps_loads(tmp_path):
+    """A file written when MixtureSVIResult had ``loss_trace`` (an array) and ``num_steps``
+    loads as the current class, its losses as ``trace.objective``."""
+    import collections
+
+    from inference.engine import persistence
+    from inference.mixture.baselines_svi import MixtureSVIResult, MixtureSVITrace
+
+    old_names = {"trace": "loss_trace", "num_iterations": "num_steps"}
+    old = collections.namedtuple("MixtureSVIResult",
+                                 [old_names.get(f, f) for f in MixtureSVIResult._fields])
+    old.__module__ = "inference.mixture.baselines"
+    saved = old(weights=np.full(2, 0.5), means=np.zeros((2, 3)), covariances=np.ones((2, 3, 3)),
+                log_likelihood=-4.0, log_prior=-2.0, loss_trace=np.arange(5.0),
+                labels=np.zeros(6, np.int32), num_components=2, num_steps=5, converged=False,
+                covariance="full")
+    path = persistence.save_tree(tmp_path / "old.npz", saved,
+                                 kind="result:inference.mixture.baselines.MixtureSVIResult")
+    loaded = persistence.load(path)
+    assert type(loaded) is MixtureSVIResult and isinstance(loaded.trace, MixtureSVITrace)
+    np.testing.assert_array_equal(loaded.trace.objective, np.arange(5.0))
+    assert loaded.num_iterations == 5 and loaded.covariance == "full" and not loaded.converged
+
+
 @pytest.mark.slow
 def test_nuts_predictive_matches_em_and_rhat_is_fine(planted, em, nuts):
     data, x, heldout = planted

@@ -198,10 +198,30 @@ def test_svi_lands_on_the_em_answer(data):
     em = fit_ppca(x, NUM_COMPONENTS, noise="ml", rng_key=jax.random.key(12),
                   max_iterations=1000)
     svi = fit_ppca_svi(x, NUM_COMPONENTS, rng_key=jax.random.key(13), num_steps=1500)
-    assert svi.converged and svi.loss_trace.shape == (1500,)
+    assert svi.converged and svi.trace.objective.shape == (1500,)
     assert angle(svi.weights, em.weights) < 1e-2
     assert svi.noise == pytest.approx(em.noise, rel=1e-2)
     np.testing.assert_allclose(svi.mean, em.mean, atol=0.05)
+
+
+def test_an_svi_result_saved_with_loss_trace_and_num_steps_loads(tmp_path):
+    """A file written when PPCASVIResult had ``loss_trace`` (an array) and ``num_steps``
+    loads as the current class, its losses as ``trace.objective``."""
+    import collections
+
+    from inference.engine.persistence import save_tree
+    from inference.ppca.baselines import PPCASVIResult, PPCASVITrace
+
+    old = collections.namedtuple("PPCASVIResult", ["weights", "mean", "noise", "loss_trace",
+                                                   "num_steps", "converged"])
+    old.__module__ = "inference.ppca.baselines"
+    saved = old(np.ones((2, 4), np.float32), np.zeros(4, np.float32), 0.3,
+                np.arange(5, dtype=np.float32), 5, False)
+    save_tree(tmp_path / "old.npz", saved, kind="result:inference.ppca.baselines.PPCASVIResult")
+    loaded = inference.load(tmp_path / "old.npz")
+    assert type(loaded) is PPCASVIResult and isinstance(loaded.trace, PPCASVITrace)
+    np.testing.assert_array_equal(loaded.trace.objective, np.arange(5))
+    assert loaded.num_iterations == 5 and loaded.noise == 0.3 and not loaded.converged
 
 
 @pytest.mark.slow

@@ -86,7 +86,7 @@ from ppl_models.validation import MissingKeyError, check_positive, check_positiv
 __all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "enumerated_loss", "MCVQSVIResult",
            "MCVQSVITrace", "SVIInfo", "svi_step"]
 
-#: Adam's step size decays by a cosine to this fraction of ``step_size``.
+#: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
 _FINAL_FRACTION = 0.01
 
 
@@ -114,7 +114,8 @@ class MCVQSVIResult(NamedTuple):
         (``fit_mcvq_meanfield_svi``); no sampling noise.
     loss : float
         The loss per example at the returned parameters (after the last step).
-    num_steps : int
+    num_iterations : int
+        Steps run (``num_steps``: all of them).
     converged : bool
         The loss changed by at most ``tol`` nats per example over the second
         half of the run.
@@ -128,19 +129,21 @@ class MCVQSVIResult(NamedTuple):
     m: jax.Array | None
     trace: MCVQSVITrace
     loss: float
-    num_steps: int
+    num_iterations: int
     converged: bool
     variance_floor: float
 
 
 def _from_old_fields(values: dict) -> dict:
-    """An MCVQSVIResult saved with ``loss_trace``: the array becomes ``trace.objective``."""
-    values = dict(values)
-    values["trace"] = MCVQSVITrace(values.pop("loss_trace"))
+    """An MCVQSVIResult saved with ``loss_trace`` (an array): it becomes ``trace.objective``."""
+    trace = values.get("trace")
+    if trace is not None and not isinstance(trace, MCVQSVITrace):
+        values = dict(values, trace=MCVQSVITrace(trace))
     return values
 
 
-register_renamed_fields(MCVQSVIResult, {"loss_trace": "loss_trace"}, convert=_from_old_fields)
+register_renamed_fields(MCVQSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
+                        convert=_from_old_fields)
 
 
 def _program(x, mask, a, b, init_mu, init_sigma, lower):
@@ -172,7 +175,7 @@ def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m
     return _program(x, mask, a, b, init_mu, init_sigma, lower)
 
 
-def _svi_problem(x, mask, a, b, init, lower, step_size, *, meanfield, num_steps):
+def _svi_problem(x, mask, a, b, init, lower, learning_rate, *, meanfield, num_steps):
     """The SVI of the MCVQ wrappers and the arguments of its model and guide."""
     if meanfield:
         model, guide = _meanfield_program, _meanfield_guide
@@ -180,7 +183,7 @@ def _svi_problem(x, mask, a, b, init, lower, step_size, *, meanfield, num_steps)
     else:
         model, guide = config_enumerate(_program), _no_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower)
-    schedule = optax.cosine_decay_schedule(step_size, num_steps, alpha=_FINAL_FRACTION)
+    schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=_FINAL_FRACTION)
     return SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)), args
 
 
@@ -195,30 +198,30 @@ class SVIInfo(NamedTuple):
 
 def svi_step(rng_key, state, data, params, *, shard, meanfield, num_steps):
     """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
-    step. ``data`` is ``(x, mask)``, ``params`` ``(a, b, start, step_size, lower)``; the
+    step. ``data`` is ``(x, mask)``, ``params`` ``(a, b, start, learning_rate, lower)``; the
     SVI state carries its own key, so ``rng_key`` is unused."""
     del rng_key, shard  # one device; NumPyro splits the state's key
     x, mask = data
-    a, b, init, step_size, lower = params
-    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+    a, b, init, learning_rate, lower = params
+    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
                              num_steps=num_steps)
     state, loss = svi_ready(svi, state, *args).update(state, *args)
     return state, SVIInfo(loss, jnp.asarray(False))
 
 
 @partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_state(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+def _svi_state(rng_key, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
     """The SVI state before the first step (``svi.init``), stacked as one start."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
                              num_steps=num_steps)
     state = svi_start(svi.init(rng_key, *args), 1, x.dtype)[0]
     return jax.tree.map(lambda leaf: leaf[None], state)
 
 
 @partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_params(state, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+def _svi_params(state, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
     """(params, loss) (a total) at the SVI state after the last step."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
                              num_steps=num_steps)
     svi = svi_ready(svi, state, *args)
     return svi.get_params(state), svi.evaluate(state, *args)
@@ -232,19 +235,19 @@ def _svi_params(state, x, mask, a, b, init, step_size, lower, *, meanfield, num_
 # not, it reproduces this loop bit for bit.
 
 @partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_start(rng_key, x, mask, a, b, init, step_size, lower, *, meanfield, num_steps):
+def _svi_start(rng_key, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
     """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
                              num_steps=num_steps)
     return svi_start(svi.init(rng_key, *args), num_steps, x.dtype)
 
 
 @partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
-def _svi_advance(carry, x, mask, a, b, init, step_size, lower, stop_at, *, meanfield,
+def _svi_advance(carry, x, mask, a, b, init, learning_rate, lower, stop_at, *, meanfield,
                  num_steps, progress_every=0):
     """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
     :func:`inference.engine.checkpoint.svi_advance`)."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, step_size, meanfield=meanfield,
+    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
                              num_steps=num_steps)
     svi = svi_ready(svi, carry[0], *args)
     return svi_advance(lambda state: svi.update(state, *args), carry, stop_at, progress_every)
@@ -310,7 +313,7 @@ def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
                      params["g"], params["m"])
 
 
-def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
+def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, learning_rate,
                     variance_floor, tol, caller):
     if rng_key is None:
         raise MissingKeyError(f"{caller} needs an explicit rng_key (e.g. jax.random.key(0))")
@@ -326,7 +329,7 @@ def _check_fit_args(x, num_vqs, num_states, mask, rng_key, num_steps, step_size,
             raise ValueError(f"mask leaves {what.format(empty[:10].tolist())} without any "
                              "observed entry; drop them")
     check_positive_int(num_steps, "num_steps")
-    check_positive(step_size, "step_size")
+    check_positive(learning_rate, "learning_rate")
     check_positive(variance_floor, "variance_floor")
     check_positive(tol, "tol")
     return x, mask, num_vqs, num_states
@@ -342,11 +345,11 @@ def _floor(x, mask, variance_floor):
     return variance_floor * (spread if spread > 0 else 1.0)
 
 
-def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, variance_floor, a, b,
+def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, variance_floor, a, b,
          tol, progress_bar, meanfield, caller, checkpoint_path=None, checkpoint_every=None,
          resume_from=None):
     x, mask, num_vqs, num_states = _check_fit_args(x, num_vqs, num_states, mask, rng_key,
-                                                   num_steps, step_size, variance_floor, tol,
+                                                   num_steps, learning_rate, variance_floor, tol,
                                                    caller)
     num, dim = x.shape
     x = jnp.asarray(x)
@@ -357,14 +360,14 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, varianc
     init = mcvq_fit.init(rng_key, x, mask, num_vqs, num_states, a, b,
                          jnp.asarray(floor, x.dtype))
     init = init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower))
-    step_size_value = jnp.asarray(step_size, x.dtype)
-    data, params = (x, mask), (a, b, init, step_size_value, lower)
+    learning_rate_value = jnp.asarray(learning_rate, x.dtype)
+    data, params = (x, mask), (a, b, init, learning_rate_value, lower)
     common = dict(meanfield=meanfield, num_steps=num_steps)
     key = jax.random.split(rng_key)[1]
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
-        dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps, step_size=step_size,
-             variance_floor=variance_floor, rng_key=rng_key),
+        dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps,
+             learning_rate=learning_rate, variance_floor=variance_floor, rng_key=rng_key),
         data=data, start=(*init, a, b, lower))
     if meanfield:
         state, losses = _svi_chunks(key, data, params, progress_bar=progress_bar, caller=caller,
@@ -382,7 +385,7 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, varianc
     finite = bool(np.isfinite(final)) and all(
         bool(jnp.all(jnp.isfinite(v))) for v in values.values())
     if not finite:
-        warnings.warn(f"{caller}: the loss or the parameters are not finite; lower step_size",
+        warnings.warn(f"{caller}: the loss or the parameters are not finite; lower learning_rate",
                       NumericalWarning, stacklevel=3)
     change = float(jnp.abs(losses[num_steps // 2] - final))
     converged = finite and num_steps >= 10 and change <= tol
@@ -392,7 +395,7 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, step_size, varianc
                       ConvergenceWarning, stacklevel=3)
     return MCVQSVIResult(mu=values["mu"], sigma=values["sigma"], g=values.get("g"),
                          m=values.get("m"), trace=MCVQSVITrace(losses), loss=final,
-                         num_steps=num_steps, converged=converged, variance_floor=floor)
+                         num_iterations=num_steps, converged=converged, variance_floor=floor)
 
 
 _FIT_PARAMETERS = """
@@ -410,7 +413,7 @@ _FIT_PARAMETERS = """
     num_steps : int
         Adam steps, all of them run (``fit_mcvq_svi`` through the engine,
         :func:`inference.engine.run`; ``fit_mcvq_meanfield_svi`` in its own chunked loop).
-    step_size : float
+    learning_rate : float
         Adam's initial step size, decayed by a cosine to 1% of it.
     variance_floor : float
         sigma^2 >= variance_floor x the data's mean variance (as ``fit_mcvq``).
@@ -447,7 +450,7 @@ _FIT_PARAMETERS = """
 
 
 def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
-                 num_steps: int = 500, step_size: float = 0.05, variance_floor: float = 1e-3,
+                 num_steps: int = 500, learning_rate: float = 0.05, variance_floor: float = 1e-3,
                  a=None, b=None, tol: float = 1e-3,
                  progress_bar: bool = False, checkpoint_path=None,
                  checkpoint_every: int | None = None, resume_from=None) -> MCVQSVIResult:
@@ -459,14 +462,14 @@ def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     per-example program's likelihood, r and s summed out; module docstring).
     """
     return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
-                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                learning_rate=learning_rate, variance_floor=variance_floor, a=a, b=b, tol=tol,
                 progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi",
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 resume_from=resume_from)
 
 
 def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
-                           num_steps: int = 500, step_size: float = 0.05,
+                           num_steps: int = 500, learning_rate: float = 0.05,
                            variance_floor: float = 1e-3, a=None, b=None, tol: float = 1e-3,
                            progress_bar: bool = False, checkpoint_path=None,
                            checkpoint_every: int | None = None,
@@ -480,7 +483,7 @@ def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_k
     sigma: ``-result.loss`` is the exact ELBO per example of the final guide.
     """
     return _fit(x, num_vqs, num_states, mask=mask, rng_key=rng_key, num_steps=num_steps,
-                step_size=step_size, variance_floor=variance_floor, a=a, b=b, tol=tol,
+                learning_rate=learning_rate, variance_floor=variance_floor, a=a, b=b, tol=tol,
                 progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi",
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 resume_from=resume_from)

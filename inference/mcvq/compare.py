@@ -59,13 +59,13 @@ _TITLES = {"em": "EM, T annealed\n(ours)", "em_n": "EM, T = N\n(ours)",
 def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
                  num_examples: int | None = None, dim: int | None = None, num_vqs: int = 3,
                  num_states: int | None = None, em_iterations: int = 200,
-                 svi_steps: int | None = None, svi_step_size: float = 0.3) -> ComparisonResult:
+                 svi_steps: int | None = None, svi_learning_rate: float = 0.3) -> ComparisonResult:
     """Run the MCVQ comparison; see the module docstring. ``quick`` shrinks sizes.
 
     ``num_examples`` training examples and twice as many held-out ones; the
     planted model and every fit have ``num_vqs`` VQs of ``num_states`` states
     in ``dim`` dimensions; ``em_iterations`` bounds the EM iterations;
-    ``svi_steps`` Adam steps at ``svi_step_size`` for both SVI rows.
+    ``svi_steps`` Adam steps at ``svi_learning_rate`` for both SVI rows.
     """
     num_examples = num_examples or (100 if quick else 200)
     dim = dim or (9 if quick else 12)
@@ -76,7 +76,7 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
     x, x_heldout = data.x[:num_examples], data.x[num_examples:]
     settings = dict(num_examples=num_examples, num_heldout=2 * num_examples, dim=dim,
                     num_vqs=num_vqs, num_states=num_states, em_iterations=em_iterations,
-                    svi_steps=svi_steps, svi_step_size=svi_step_size, quick=quick)
+                    svi_steps=svi_steps, svi_learning_rate=svi_learning_rate, quick=quick)
     rows = []
     arrays = {"planted_r": np.asarray(data.r)}
 
@@ -102,7 +102,7 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
     steps.set_postfix_str("SVI")
     svi, t, t0, notes = timed(fit_mcvq_svi, x, num_vqs, num_states, rng_key=key_fit,
-                              num_steps=svi_steps, step_size=svi_step_size)
+                              num_steps=svi_steps, learning_rate=svi_learning_rate)
     g, m = fit_variational(x, svi.mu, svi.sigma)
     add("svi", "SVI: TraceEnum_ELBO, r and s enumerated, ML mu, sigma", "numpyro", svi, g, m,
         t, t0, svi.converged, -svi.trace.objective, {"iterations": svi_steps}, notes)
@@ -110,7 +110,7 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
     steps.set_postfix_str("mean-field SVI")
     mf, t, t0, notes = timed(fit_mcvq_meanfield_svi, x, num_vqs, num_states, rng_key=key_fit,
-                             num_steps=svi_steps, step_size=svi_step_size)
+                             num_steps=svi_steps, learning_rate=svi_learning_rate)
     add("svi_meanfield", "SVI: TraceEnum_ELBO, mean-field guide (g, m) enumerated", "numpyro",
         mf, mf.g, mf.m, t, t0, mf.converged, -mf.trace.objective, {"iterations": svi_steps}, notes)
     steps.update()

@@ -23,6 +23,7 @@ from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine import Algorithm, run
 from inference.engine.checkpoint import checkpointing, svi_ready, svi_start
+from inference.engine.persistence import register_renamed_fields
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
     check_common,
@@ -68,7 +69,9 @@ class MixtureSVIResult(NamedTuple):
         -(log p(x | theta) + log p(theta)) / N = -log_likelihood - log_prior / N.
     labels : int32 array (num_examples,)
         Most probable component of every example.
-    num_components, num_steps : int
+    num_components : int
+    num_iterations : int
+        Steps run (``num_steps``: all of them).
     converged : bool
         The loss changed by at most ``tol`` (nats per example) over the second
         half of the run.
@@ -83,9 +86,21 @@ class MixtureSVIResult(NamedTuple):
     trace: MixtureSVITrace
     labels: jax.Array
     num_components: int
-    num_steps: int
+    num_iterations: int
     converged: bool
     covariance: str
+
+
+def _trace_of_losses(fields: dict) -> dict:
+    """A file saved with ``loss_trace`` (an array): its losses as a :class:`MixtureSVITrace`."""
+    trace = fields.get("trace")
+    if trace is not None and not isinstance(trace, MixtureSVITrace):
+        fields = dict(fields, trace=MixtureSVITrace(trace))
+    return fields
+
+
+register_renamed_fields(MixtureSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
+                        convert=_trace_of_losses)
 
 
 def _mixture_svi(init_values, learning_rate, covariance, num_steps):
@@ -270,4 +285,4 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     return MixtureSVIResult(
         weights=weights, means=means, covariances=cov, log_likelihood=-values["L_stocha"],
         log_prior=float(log_prior), trace=MixtureSVITrace(losses), labels=labels, num_components=k,
-        num_steps=num_steps, converged=converged, covariance=covariance)
+        num_iterations=num_steps, converged=converged, covariance=covariance)

@@ -37,6 +37,7 @@ from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import NUTS, SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
+from inference.engine.persistence import register_renamed_fields
 from inference.engine.progress import progress, tick
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -47,7 +48,7 @@ from ppl_models.validation import (
     check_rng_key,
 )
 
-__all__ = ["PPCASVIResult", "PPCAMCMCResult", "fit_ppca_svi", "fit_ppca_mcmc",
+__all__ = ["PPCASVIResult", "PPCASVITrace", "PPCAMCMCResult", "fit_ppca_svi", "fit_ppca_mcmc",
            "R_HAT_THRESHOLD"]
 
 #: Largest split R-hat (over W^T W and sigma) of a converged NUTS run (Gelman et al.,
@@ -73,6 +74,18 @@ def _start(rng_key, x, num_components):
     return {"W": weights, "mu": jnp.mean(x, axis=0), "sigma": scale}
 
 
+class PPCASVITrace(NamedTuple):
+    """Per-step arrays of :func:`fit_ppca_svi` (all ``num_steps`` steps run).
+
+    Attributes
+    ----------
+    objective : array (num_steps,)
+        -ELBO per step divided by the number of examples.
+    """
+
+    objective: jax.Array
+
+
 class PPCASVIResult(NamedTuple):
     """Result of :func:`fit_ppca_svi`.
 
@@ -83,10 +96,11 @@ class PPCASVIResult(NamedTuple):
     mean : array (d,)
     noise : float
         Point estimate of sigma.
-    loss_trace : array (num_steps,)
-        -ELBO per step divided by the number of examples (the negative mean log
-        joint density at the point estimate: log-likelihood plus priors).
-    num_steps : int
+    trace : PPCASVITrace
+        ``objective``: -ELBO per step divided by the number of examples (the negative
+        mean log joint density at the point estimate: log-likelihood plus priors).
+    num_iterations : int
+        Steps run (``num_steps``: all of them).
     converged : bool
         The mean loss of the last tenth of the steps differs from that of the tenth
         before by at most ``tol`` (relative).
@@ -95,9 +109,21 @@ class PPCASVIResult(NamedTuple):
     weights: jax.Array
     mean: jax.Array
     noise: float
-    loss_trace: jax.Array
-    num_steps: int
+    trace: PPCASVITrace
+    num_iterations: int
     converged: bool
+
+
+def _trace_of_losses(fields: dict) -> dict:
+    """A file saved with ``loss_trace`` (an array): its losses as a :class:`PPCASVITrace`."""
+    trace = fields.get("trace")
+    if trace is not None and not isinstance(trace, PPCASVITrace):
+        fields = dict(fields, trace=PPCASVITrace(trace))
+    return fields
+
+
+register_renamed_fields(PPCASVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
+                        convert=_trace_of_losses)
 
 
 @partial(jax.jit, static_argnames=("num_steps", "progress_every"))
@@ -172,8 +198,8 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
         warnings.warn(f"fit_ppca_svi: the loss still changes by more than tol={tol:g} "
                       f"(relative) over the last fifth of the {num_steps} steps; raise num_steps",
                       ConvergenceWarning, stacklevel=2)
-    return PPCASVIResult(sites["W"], sites["mu"], float(sites["sigma"]), losses, num_steps,
-                         converged)
+    return PPCASVIResult(sites["W"], sites["mu"], float(sites["sigma"]), PPCASVITrace(losses),
+                         num_steps, converged)
 
 
 class PPCAMCMCResult(NamedTuple):

@@ -335,7 +335,7 @@ rows("fit_mcvq_svi", lambda x=MCVQ_X, k=2, j=2, **kw: fit_mcvq_svi(
     x, k, j, **{"rng_key": KEY, "num_steps": 1, **kw}), BAD_MCVQ_X[:2] + BAD_KEY[:1] + [
     ("num_vqs", dict(k=0), ValueError, r"^num_vqs must be at least 1"),
     ("num_steps", dict(num_steps=0), ValueError, r"^num_steps must be at least 1"),
-    ("step_size", dict(step_size=0.0), ValueError, r"^step_size must be positive"),
+    ("learning_rate", dict(learning_rate=0.0), ValueError, r"^learning_rate must be positive"),
     ("variance_floor", dict(variance_floor=-1.0), ValueError, r"^variance_floor must be positive"),
 ])
 rows("model_selection", lambda x=MCVQ_X, c=((1, 2),), **kw: model_selection(
