@@ -28,7 +28,7 @@ from numpyro.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
 from inference.clipped.baselines_common import check_arguments, initial_weights, program_kwargs
 from inference.engine import Algorithm, run, select
 from inference.engine.checkpoint import svi_ready, svi_start
-from inference.engine.persistence import register_renamed_fields
+from inference.engine.persistence import register_renamed_fields, wrap_trace
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -88,16 +88,8 @@ class ClippedSVIResult(NamedTuple):
     checkpoint_bias: jax.Array | None = None
 
 
-def _trace_of_losses(fields: dict) -> dict:
-    """A file saved with ``loss_trace`` (an array): its losses as a :class:`ClippedSVITrace`."""
-    trace = fields.get("trace")
-    if trace is not None and not isinstance(trace, ClippedSVITrace):
-        fields = dict(fields, trace=ClippedSVITrace(trace))
-    return fields
-
-
 register_renamed_fields(ClippedSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
-                        convert=_trace_of_losses)
+                        convert=wrap_trace(ClippedSVITrace))
 
 
 class ClippedSVIState(NamedTuple):

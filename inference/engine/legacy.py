@@ -11,7 +11,7 @@ an earlier version still loads as the current class.
 from __future__ import annotations
 
 __all__ = ["CONVERTERS", "MOVED_CLASSES", "MOVED_MODULES", "RENAMED_FIELDS", "moved_kind",
-           "moved_module", "register_renamed_fields"]
+           "moved_module", "register_renamed_fields", "wrap_trace"]
 
 #: Modules of the classes in files written by version 0.1 (one flat package), and where
 #: those classes live now (``inference.<family>.<module>``). Loading maps the first to
@@ -81,6 +81,18 @@ def register_renamed_fields(cls, renamed: dict, convert=None) -> None:
     RENAMED_FIELDS[cls.__qualname__] = dict(renamed)
     if convert is not None:
         CONVERTERS[cls.__qualname__] = convert
+
+
+def wrap_trace(trace_cls):
+    """A ``convert`` for :func:`register_renamed_fields`: a ``trace`` field saved as a bare
+    array of per-iteration objectives (an old ``loss_trace``) becomes ``trace_cls(array)``."""
+    def convert(fields: dict) -> dict:
+        trace = fields.get("trace")
+        if trace is not None and not isinstance(trace, trace_cls):
+            fields = dict(fields, trace=trace_cls(trace))
+        return fields
+
+    return convert
 
 
 #: Classes that left the module their old module became: (0.1 module, class) -> module.

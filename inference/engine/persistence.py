@@ -54,10 +54,12 @@ from inference.engine.legacy import (
     moved_kind,
     moved_module,
     register_renamed_fields,
+    wrap_trace,
 )
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MOVED_MODULES", "PersistenceError", "RENAMED_FIELDS",
-           "load", "load_tree", "register_renamed_fields", "save_result", "save_tree"]
+           "load", "load_tree", "register_renamed_fields", "save_result", "save_tree",
+           "wrap_trace"]
 
 FORMAT = "ppl-zoo"
 #: Version of the file layout; files with a larger number are refused.

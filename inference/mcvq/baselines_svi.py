@@ -74,7 +74,7 @@ from inference.engine.checkpoint import (
     svi_start,
 )
 from inference.engine.loop import Algorithm, run, select
-from inference.engine.persistence import register_renamed_fields
+from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.progress import progress
 from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
@@ -134,16 +134,8 @@ class MCVQSVIResult(NamedTuple):
     variance_floor: float
 
 
-def _from_old_fields(values: dict) -> dict:
-    """An MCVQSVIResult saved with ``loss_trace`` (an array): it becomes ``trace.objective``."""
-    trace = values.get("trace")
-    if trace is not None and not isinstance(trace, MCVQSVITrace):
-        values = dict(values, trace=MCVQSVITrace(trace))
-    return values
-
-
 register_renamed_fields(MCVQSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
-                        convert=_from_old_fields)
+                        convert=wrap_trace(MCVQSVITrace))
 
 
 def _program(x, mask, a, b, init_mu, init_sigma, lower):

@@ -23,7 +23,7 @@ from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine import Algorithm, run
 from inference.engine.checkpoint import checkpointing, svi_ready, svi_start
-from inference.engine.persistence import register_renamed_fields
+from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
     check_common,
@@ -91,16 +91,8 @@ class MixtureSVIResult(NamedTuple):
     covariance: str
 
 
-def _trace_of_losses(fields: dict) -> dict:
-    """A file saved with ``loss_trace`` (an array): its losses as a :class:`MixtureSVITrace`."""
-    trace = fields.get("trace")
-    if trace is not None and not isinstance(trace, MixtureSVITrace):
-        fields = dict(fields, trace=MixtureSVITrace(trace))
-    return fields
-
-
 register_renamed_fields(MixtureSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
-                        convert=_trace_of_losses)
+                        convert=wrap_trace(MixtureSVITrace))
 
 
 def _mixture_svi(init_values, learning_rate, covariance, num_steps):

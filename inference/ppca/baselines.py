@@ -37,7 +37,7 @@ from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import NUTS, SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
-from inference.engine.persistence import register_renamed_fields
+from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.progress import progress, tick
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -114,16 +114,8 @@ class PPCASVIResult(NamedTuple):
     converged: bool
 
 
-def _trace_of_losses(fields: dict) -> dict:
-    """A file saved with ``loss_trace`` (an array): its losses as a :class:`PPCASVITrace`."""
-    trace = fields.get("trace")
-    if trace is not None and not isinstance(trace, PPCASVITrace):
-        fields = dict(fields, trace=PPCASVITrace(trace))
-    return fields
-
-
 register_renamed_fields(PPCASVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
-                        convert=_trace_of_losses)
+                        convert=wrap_trace(PPCASVITrace))
 
 
 @partial(jax.jit, static_argnames=("num_steps", "progress_every"))
