@@ -111,6 +111,11 @@ RENAMED: dict[str, str] = {
        for old, new in (("log_likelihood_trace", "trace.objective"),
                         ("error_trace", "trace.error"), ("num_used_trace", "trace.num_used"),
                         ("trace_steps", "trace.steps"))},
+    # fit_online_stream's passes run through the engine: its per-batch arrays became one
+    # ``trace`` (one entry per batch of every pass).
+    **{f"{case}:{old}": new for case in ("fit_online_stream", "fit_online_stream_cl_posterior")
+       for old, new in (("log_likelihood_trace", "trace.objective"),
+                        ("num_active_trace", "trace.num_active"))},
     # One vocabulary: every iterative result's per-iteration arrays became one ``trace``
     # NamedTuple (with at least ``objective``), cut at ``num_iterations``.
     "error_trace": "trace.objective",
@@ -127,12 +132,13 @@ RENAMED: dict[str, str] = {
     **{f"{case}:num_steps": "num_iterations" for case in (
         "fit_clipped_svi", "fit_mixture_svi", "fit_mcvq_svi", "fit_mcvq_meanfield_svi")},
 }
-#: Cases whose results kept their 0.1 field names: the streamed online methods.
-KEPT_NAMES = ("fit_online_stream",)
+#: Cases whose results kept their 0.1 field names (none left).
+KEPT_NAMES: tuple = ()
 KEPT_CASES: set = set()
 #: Fields a case returns beyond its recording, new information rather than a changed
-#: number: ``case-name prefix: field names``. fit_online's passes gained the engine's
-#: convergence test (off by default, ``tol=0``): ``num_iterations`` and ``converged``.
+#: number: ``case-name prefix: field names``. fit_online's passes, and fit_online_stream's,
+#: gained the engine's convergence test (off by default, ``tol=0``): ``num_iterations``
+#: and ``converged``.
 ADDED: dict[str, tuple[str, ...]] = {
     "fit_online_": ("num_iterations", "converged"),
 }

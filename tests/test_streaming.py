@@ -207,8 +207,8 @@ def test_online_stream_equals_fit_online_on_the_same_stream(data64, method, cova
         np.testing.assert_allclose(np.asarray(getattr(ours, name)),
                                    np.asarray(getattr(ref, name)), rtol=1e-10, atol=1e-12,
                                    err_msg=name)
-    assert ours.log_likelihood_trace.shape == (6,)
-    assert np.all(np.isfinite(np.asarray(ours.log_likelihood_trace)))
+    assert ours.trace.objective.shape == (6,)
+    assert np.all(np.isfinite(np.asarray(ours.trace.objective)))
 
 
 def test_online_stream_resumes_from_its_state(data64):

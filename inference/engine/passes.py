@@ -12,11 +12,18 @@ Batch b of iteration i draws its key as ``fold_in(fold_in(start_key, i), b)``; t
 in-memory driver draws one key per iteration, so randomised statistics follow a
 different (equally valid) path; deterministic ones give the in-memory result up to
 the order of float additions.
+
+An online algorithm (:class:`OnlineAlgorithm`) is no sum: its state moves with every
+batch, carried from batch to batch and from pass to pass. :func:`run_online_passes`
+drives it over the same sources, one pass an iteration, with the same stopping test
+on the pass's mean objective.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +33,7 @@ from inference.engine.loop import Run, StatisticsAlgorithm, relative_change_conv
 from inference.engine.progress import advance_bar, progress
 from inference.engine.streaming import Pass, batches
 
-__all__ = ["run_passes"]
+__all__ = ["run_passes", "OnlineAlgorithm", "OnlineRun", "run_online_passes"]
 
 
 def _each(algorithm, fn, *args):
@@ -215,3 +222,147 @@ def _stack(infos, dones, max_iterations):
         return jax.device_put(np.pad(stacked, widths))
 
     return jax.tree.map(lambda *values: leaf(*[np.asarray(v) for v in values]), *infos)
+
+
+# ---------------------------------------------------------------------------------------
+# Online algorithms: the state moves with every batch.
+
+
+class OnlineAlgorithm(NamedTuple):
+    """An online algorithm over a stream of batches.
+
+    Attributes
+    ----------
+    step : callable
+        ``step(state, rows, valid, params, **options) -> (state, info)``: the state
+        after the rows of one padded batch, in order (rows where ``valid`` is False, the
+        padding, leave it unchanged), jittable; ``info`` a NamedTuple of scalars with at
+        least ``objective``, the batch's mean over its valid rows.
+    options : tuple of (name, value) pairs
+        Static options passed to ``step`` as keywords.
+    name : str
+        The fit's name, for the progress bar.
+    """
+
+    step: Callable
+    options: tuple = ()
+    name: str = "fit"
+
+
+class OnlineRun(NamedTuple):
+    """What :func:`run_online_passes` returns (one start).
+
+    Attributes
+    ----------
+    state : pytree
+        The state after the last batch.
+    trace : NamedTuple of arrays (num_batches,)
+        ``info`` of every batch of every pass run, in order.
+    objective : array (num_iterations,)
+        Every pass's objective: the mean of its batches' objectives weighted by rows.
+    num_iterations : int
+        Passes run.
+    converged : bool
+    """
+
+    state: Any
+    trace: Any
+    objective: jax.Array
+    num_iterations: int
+    converged: bool
+
+
+@partial(jax.jit, static_argnames=("algorithm",))
+def _online_step(algorithm, state, rows, count, params, total):
+    """One batch: the algorithm's step and the pass's row-weighted objective sum."""
+    valid = jnp.arange(rows.shape[0]) < count
+    state, info = algorithm.step(state, rows, valid, params, **dict(algorithm.options))
+    return state, info, total + count * info.objective
+
+
+def run_online_passes(algorithm: OnlineAlgorithm, state, source, params=(), *,
+                      max_iterations: int, tol=0.0, batch_size=None, dtype=None,
+                      progress_bar: bool = False, block: int = 1,
+                      first_pass=None) -> OnlineRun:
+    """Run ``algorithm`` from ``state`` over ``source``, batch after batch, one pass per
+    iteration, the state carried across batches and passes.
+
+    A pass's objective is the row-weighted mean of its batches' ``info.objective``;
+    the run stops after a pass whose objective changed by at most ``tol`` relative to
+    the pass before (never with ``tol`` = 0: every pass runs).
+
+    Parameters
+    ----------
+    algorithm : OnlineAlgorithm
+    state : pytree
+        The start (one, not stacked).
+    source : BatchSource or anything :func:`inference.engine.streaming.batches` takes
+        A one-shot iterator only with ``max_iterations`` = 1.
+    params : pytree
+        Inputs of every step (traced).
+    max_iterations : int
+    tol : float
+    batch_size : int, optional
+        Rows per batch (:class:`~inference.engine.streaming.BatchSource`).
+    dtype : dtype, optional
+        The float type the batches are sent in; default that of the first state leaf.
+    progress_bar : bool
+        A tqdm bar over the passes.
+    block : int
+        Batches are padded with zero rows to whole blocks of this many rows
+        (:class:`~inference.engine.streaming.Pass`; default 1: a step per row needs
+        no blocks). A batch with as many rows as the first keeps its shape, others
+        are padded to a power of two.
+    first_pass : iterable of arrays, optional
+        The first pass's batches when the caller has begun reading ``source`` (its
+        first batch, to start from, followed by the rest of the same iterator); later
+        passes read ``source`` anew.
+
+    Returns
+    -------
+    OnlineRun
+    """
+    if not isinstance(algorithm, OnlineAlgorithm):
+        raise TypeError("run_online_passes needs an OnlineAlgorithm; got "
+                        f"{type(algorithm).__name__}")
+    data = batches(source, batch_size)
+    if not data.reusable and max_iterations > 1:
+        raise ValueError("source is a one-shot iterator, but max_iterations > 1 passes read "
+                         "it again; pass an array, np.memmap, list of arrays or a callable "
+                         "that returns a fresh iterator")
+    if dtype is None:
+        dtype = jax.tree.leaves(state)[0].dtype
+    tol = float(tol)
+    infos, objectives = [], []
+    batch_rows, converged = None, False  # the first batch's rows: every pass's shape
+    with progress(max_iterations, algorithm.name, progress_bar) as every:
+        for iteration in range(max_iterations):
+            source_pass = first_pass if iteration == 0 and first_pass is not None else data
+            if batch_rows is None:
+                source_pass = iter(source_pass)
+                first = next(source_pass)
+                batch_rows = first.shape[0]
+                source_pass = _chain(first, source_pass)
+            passes = Pass(source_pass, dtype, batch_rows, block=block)
+            total, num = jnp.zeros((), dtype), 0
+            for rows, count in passes:
+                state, info, total = _online_step(algorithm, state, rows, count, params,
+                                                  total)
+                passes.done(total)
+                infos.append(info)
+                num += count
+            objectives.append(total / num)
+            if every:
+                advance_bar(1)
+            if tol > 0 and len(objectives) > 1:
+                converged = bool(relative_change_converged(objectives[-1], objectives[-2],
+                                                           tol))
+                if converged:
+                    break
+    trace = jax.tree.map(lambda *values: jnp.stack(values), *infos)
+    return OnlineRun(state, trace, jnp.stack(objectives), len(objectives), converged)
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest

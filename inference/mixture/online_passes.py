@@ -11,6 +11,10 @@ Besides the objective, a pass records the trace points of the fit: one every
 the run (the last pass, or the pass that converged). A pass holds at most ``slots``
 of them (``recorded`` marks the ones it wrote, in order); the driver strings the
 recorded ones of every pass together.
+
+:func:`inference.mixture.online_stream.fit_online_stream` runs the same rule over a
+stream of batches through :func:`inference.engine.passes.run_online_passes`:
+:func:`batch_step` is one batch, the rule's ``lax.scan`` over its rows in order.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import jax.numpy as jnp
 from inference.engine import relative_change_converged
 from inference.mixture.online_rules import OnlineState, assign, step
 
-__all__ = ["PassState", "PassInfo", "pass_step", "num_slots"]
+__all__ = ["PassState", "PassInfo", "pass_step", "num_slots", "BatchInfo", "batch_step"]
 
 
 class PassState(NamedTuple):
@@ -113,3 +117,29 @@ def pass_step(rng_key, state, data, params, *, shard, trace_every, slots, by_pos
     recorded = jnp.arange(slots) < count + at_end.astype(jnp.int32)
     info = PassInfo(objective, *records, recorded, converged)
     return PassState(online, state.passes + 1, objective.astype(state.previous.dtype)), info
+
+
+class BatchInfo(NamedTuple):
+    """What one batch of the streamed fit reports: ``objective``, the mean
+    log-likelihood of its examples, each under the parameters just before its step (the
+    prequential log-likelihood), and ``num_active``, the active units after it."""
+
+    objective: jax.Array
+    num_active: jax.Array
+
+
+def batch_step(state, rows, valid, numbers, *, options):
+    """The online rule over the rows of one padded batch, in order (``lax.scan``), as an
+    :class:`~inference.engine.passes.OnlineAlgorithm` step: padded rows (``valid``
+    False) leave the state unchanged, as the padding of a pass's last chunk.
+    ``numbers`` are the rule's rates (a dict), ``options`` its static options."""
+    opts = dict(options)
+
+    def one(state, inputs):
+        x_t, ok = inputs
+        new, info = step(state, x_t, **opts, **numbers)
+        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), info.log_likelihood
+
+    state, log_px = jax.lax.scan(one, state, (rows, valid))
+    objective = jnp.sum(jnp.where(valid, log_px, 0.0)) / jnp.sum(valid)
+    return state, BatchInfo(objective, jnp.sum(state.active))

@@ -1,9 +1,10 @@
 """The online mixture rules by passes over a stream of batches
-(:func:`fit_online_stream`)."""
+(:func:`fit_online_stream`), run through the engine
+(:func:`inference.engine.passes.run_online_passes`, one pass an iteration, the step
+:func:`inference.mixture.online_passes.batch_step`)."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 import warnings
 from typing import NamedTuple
@@ -12,31 +13,46 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine import host
-from inference.engine.streaming import Pass, batches
+from inference.engine import host, warn_not_converged
+from inference.engine.passes import OnlineAlgorithm, run_online_passes
+from inference.engine.persistence import register_renamed_fields
+from inference.engine.streaming import batches
 from inference.mixture import online as mixture_online
+from inference.mixture.online_passes import batch_step
 from inference.mixture.stream import distinct_rows
 from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
     check_choice,
+    check_nonnegative,
     check_positive,
     check_positive_int,
     check_rng_key,
 )
 
 
+class OnlineStreamTrace(NamedTuple):
+    """Per-batch arrays of :func:`fit_online_stream` (every batch of every pass).
+
+    ``objective``: the mean log-likelihood of the batch's examples, each under the
+    parameters just before its step (the prequential log-likelihood); ``num_active``:
+    the active units after the batch."""
+
+    objective: jax.Array
+    num_active: jax.Array
+
+
 class OnlineStreamResult(NamedTuple):
-    """Result of :func:`fit_online_stream` (one pass: no statistic needs a second look).
+    """Result of :func:`fit_online_stream` (no statistic needs a further pass).
 
     Attributes
     ----------
     weights, means, covariances : arrays (m,), (m, d), (m, d, d)
-        The m used units: active units whose share of the wins over the pass
+        The m used units: active units whose share of the wins over the passes
         (adaptive EM: of the posterior mass) is at least ``min_share``; weights
         renormalised. (``fit_online`` uses the shares of a final hard assignment,
-        which needs a second pass.)
+        which needs one more pass.)
     num_components : int
         m.
     used : bool array (k,)
@@ -49,10 +65,14 @@ class OnlineStreamResult(NamedTuple):
         False for units adaptive EM pruned.
     state : mixture_online.OnlineState
         The final state (resume with :func:`fit_online_stream`'s ``state`` argument).
-    log_likelihood_trace : array (num_batches,)
-        Mean log p(x_t) of every batch's examples, each under the parameters just
-        before its step (the prequential log-likelihood).
-    num_active_trace : int array (num_batches,)
+    trace : OnlineStreamTrace
+        One entry per batch of every pass run (num_iterations * batches per pass).
+    num_iterations : int
+        Passes run.
+    converged : bool
+        A pass's mean prequential log-likelihood (its batches' ``trace.objective``
+        weighted by rows) changed by at most ``tol`` relative to the pass before;
+        always False with ``tol`` = 0 (every pass runs).
     num_steps : int
     nonfinite : bool
     num_start : int
@@ -71,8 +91,9 @@ class OnlineStreamResult(NamedTuple):
     win_counts: jax.Array
     active: jax.Array
     state: mixture_online.OnlineState
-    log_likelihood_trace: jax.Array
-    num_active_trace: jax.Array
+    trace: OnlineStreamTrace
+    num_iterations: int
+    converged: bool
     num_steps: int
     nonfinite: bool
     num_start: int
@@ -82,20 +103,18 @@ class OnlineStreamResult(NamedTuple):
     covariance: str
 
 
-@functools.partial(jax.jit, static_argnames=("options",))
-def _online_batch(state, rows, num_valid, numbers, *, options):
-    """``mixture_online.step`` over the rows of one padded batch (``lax.scan``); padded
-    rows leave the state unchanged (as ``fit_online``'s padding of its last chunk)."""
-    opts = dict(options)
+def _old_stream_result(values):
+    """An OnlineStreamResult saved with ``log_likelihood_trace`` and ``num_active_trace``
+    (one pass, before the passes ran through the engine)."""
+    values["trace"] = OnlineStreamTrace(values.pop("log_likelihood_trace"),
+                                        values.pop("num_active_trace"))
+    values["num_iterations"] = 1
+    values["converged"] = False
+    return values
 
-    def one(state, inputs):
-        x_t, ok = inputs
-        new, info = mixture_online.step(state, x_t, **opts, **numbers)
-        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), info.log_likelihood
 
-    valid = jnp.arange(rows.shape[0]) < num_valid
-    state, log_px = jax.lax.scan(one, state, (rows, valid))
-    return state, jnp.sum(jnp.where(valid, log_px, 0.0)) / num_valid
+register_renamed_fields(OnlineStreamResult, {"log_likelihood_trace": "log_likelihood_trace"},
+                        convert=_old_stream_result)
 
 
 def fit_online_stream(source, num_components: int, *, method: str = "rpcl", rng_key=None,
@@ -104,15 +123,18 @@ def fit_online_stream(source, num_components: int, *, method: str = "rpcl", rng_
                       covariance: str = "full", init: str = "kmeans++", init_means=None,
                       init_covariances=None, prior_count=None, min_share: float = 0.01,
                       reg_covar: float = 1e-6, min_weight: float = 1e-4, state=None,
-                      batch_size=None) -> OnlineStreamResult:
-    """One pass of an online method (:mod:`inference.mixture.online`) over a batch source.
+                      batch_size=None, max_iterations: int = 1, tol: float = 0.0,
+                      progress_bar: bool = False) -> OnlineStreamResult:
+    """Passes of an online method (:mod:`inference.mixture.online`) over a batch source.
 
     The stream is the rows of ``source`` in their order (a stream cannot be
     shuffled as ``fit_online`` shuffles its data set: shuffle when writing it).
-    The state is carried from batch to batch, so the steps are exactly those of
-    ``mixture_online.run`` over the concatenated rows, and of ``fit_online`` with
-    ``num_passes=1`` when the rows come in its order ``stream_order`` and the
-    start is the same (tested). A one-shot iterator is fine.
+    The state is carried from batch to batch and from pass to pass, so the steps
+    are exactly those of ``mixture_online.run`` over the concatenated rows, and one
+    pass those of ``fit_online`` with ``max_iterations=1`` when the rows come in its
+    order ``stream_order`` and the start is the same (tested). A one-shot iterator
+    is fine for one pass. Every pass runs through the engine
+    (:func:`inference.engine.passes.run_online_passes`), one pass an iteration.
 
     Parameters
     ----------
@@ -135,6 +157,14 @@ prior_count, min_share, reg_covar, min_weight
         Continue from this state (a previous result's ``state``) instead of starting.
     batch_size : int, optional
         Rows per batch (:class:`BatchSource`).
+    max_iterations : int
+        Passes over the source at most (each in the source's order; more than one
+        needs a re-iterable source).
+    tol : float
+        Stop after a pass whose mean prequential log-likelihood changed by at most
+        ``tol`` relative to the pass before; 0 (the default) runs every pass.
+    progress_bar : bool
+        A tqdm bar over the passes (the engine's).
 
     Returns
     -------
@@ -170,7 +200,14 @@ prior_count, min_share, reg_covar, min_weight
     options = (("covariance", covariance), ("criterion", criterion), ("delearning", delearning),
                ("method", method), ("num_examples", None), ("old_posterior", "zero"),
                ("schedule", schedule))
-    rows_iter = iter(batches(source, batch_size))
+    max_iterations = check_positive_int(max_iterations, "max_iterations")
+    tol = check_nonnegative(tol, "tol")
+    data = batches(source, batch_size)
+    if not data.reusable and max_iterations > 1:
+        raise ValueError(f"source is a one-shot iterator, but max_iterations={max_iterations} "
+                         "passes read it again; pass an array, np.memmap, list of arrays or "
+                         "a callable that returns a fresh iterator")
+    rows_iter = iter(data)
     first = next(rows_iter)  # the source raises ValueError when it is empty
     dtype = (jax.dtypes.canonicalize_dtype(first.dtype)
              if np.issubdtype(first.dtype, np.floating) else jnp.result_type(float))
@@ -182,13 +219,14 @@ prior_count, min_share, reg_covar, min_weight
         raise ValueError(f"state must have means of shape ({k}, {dim}); got "
                          f"{state.means.shape}")
     # Steps are per row: batches are padded to the first batch's rows (block=1).
-    passes = Pass(itertools.chain([first], rows_iter), dtype, first.shape[0], block=1)
-    trace, active_trace = [], []
-    for rows, count in passes:
-        state, mean_log_px = _online_batch(state, rows, count, numbers, options=options)
-        passes.done(mean_log_px)
-        trace.append(mean_log_px)
-        active_trace.append(jnp.sum(state.active))
+    algorithm = OnlineAlgorithm(batch_step, name="fit_online_stream",
+                                options=(("options", options),))
+    fitted = run_online_passes(algorithm, state, data, numbers, max_iterations=max_iterations,
+                               tol=tol, dtype=dtype, progress_bar=progress_bar,
+                               first_pass=itertools.chain([first], rows_iter))
+    state = fitted.state
+    if tol > 0:
+        warn_not_converged("fit_online_stream", fitted.converged, max_iterations, f"tol={tol}")
     steps = int(state.num_steps)
     counts = state.counts
     shares = counts / jnp.maximum(jnp.sum(counts), 1e-30)
@@ -208,9 +246,9 @@ prior_count, min_share, reg_covar, min_weight
         num_components=int(keep.size), used=host.array(used), shares=shares,
         all_weights=state.weights, all_means=state.means, all_covariances=state.covariances,
         win_counts=counts, active=state.active, state=state,
-        log_likelihood_trace=jnp.stack(trace), num_active_trace=jnp.stack(active_trace),
-        num_steps=steps, nonfinite=nonfinite, num_start=k, method=method, criterion=criterion,
-        schedule=schedule, covariance=covariance)
+        trace=OnlineStreamTrace(*fitted.trace), num_iterations=fitted.num_iterations,
+        converged=fitted.converged, num_steps=steps, nonfinite=nonfinite, num_start=k,
+        method=method, criterion=criterion, schedule=schedule, covariance=covariance)
 
 
 def _online_start(rng_key, first, k, init, init_means, init_covariances, covariance,

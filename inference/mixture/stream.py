@@ -1,12 +1,11 @@
-"""Streaming fits: EM by passes over batches, and one-pass online learning (issue 9).
+"""The mixture's EM by passes over a stream of batches (:func:`fit_mixture_stream`).
 
-For data that do not fit in memory the mixture fits of :mod:`inference.mixture.em`
-(seed 002 sec. 4-5, eq. 17-22) and :mod:`inference.mixture.online` (sec. 6,
-eq. 25-28) run over a *source* of row batches (:class:`BatchSource`): a numpy
-array or ``np.memmap`` cut into row blocks (only one block is read and sent to
-the device at a time), a zero-argument callable returning a fresh iterator of
-arrays, a re-iterable collection of arrays, or a one-shot iterator (one pass
-only).
+For data that do not fit in memory the mixture fit of :mod:`inference.mixture.em`
+(seed 002 sec. 4-5, eq. 17-22) runs over a *source* of row batches
+(:class:`BatchSource`): a numpy array or ``np.memmap`` cut into row blocks (only
+one block is read and sent to the device at a time), a zero-argument callable
+returning a fresh iterator of arrays, or a re-iterable collection of arrays (EM
+reads the data several times, so a one-shot iterator is refused).
 
 :func:`fit_mixture_stream` is :func:`inference.mixture.em.fit_mixture` computed by
 passes. The E-step and the M-step's sufficient statistics are sums over
@@ -34,14 +33,14 @@ arrays; the quadratic features are built per block of a batch and never for the
 whole batch. A memmap's pages that were read stay mapped (file-backed page
 cache, which the kernel reclaims at will). ``benchmarks/streaming.py`` measures it.
 
+Online learning over the same sources (sec. 6, eq. 25-28) is not here:
 :func:`inference.mixture.online_stream.fit_online_stream` runs an online method of
-:mod:`inference.mixture.online` over the batches in one pass, carrying its
-state from batch to batch: the same steps as ``fit_online`` on the
-concatenated stream.
+:mod:`inference.mixture.online` over the batches, carrying its state from batch to
+batch and pass to pass.
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.2, 6.1-6.2 (eq. 25-28).
+Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.2.
 """
 
 from __future__ import annotations
@@ -464,9 +463,3 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
         collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
-
-
-# ---------------------------------------------------------------------------------------
-# One-pass online learning (inference.mixture.online) over the batches.
-
-
