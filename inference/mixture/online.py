@@ -270,6 +270,24 @@ def used_weights(weights, used, keep):
     return host.take(weights / jnp.maximum(total, 1e-30), keep)
 
 
+def check_options(method, schedule, covariance, init, criterion, delearning):
+    """Check the choices of an online fit; returns ``(criterion, delearning)`` with the
+    method's defaults filled in."""
+    check_choice(method, "method", METHODS)
+    check_choice(schedule, "schedule", SCHEDULES)
+    check_choice(covariance, "covariance", mixture.COVARIANCES)
+    check_choice(init, "init", ("kmeans++", "random"))
+    criterion = DEFAULT_CRITERION[method] if criterion is None else criterion
+    check_choice(criterion, "criterion", CRITERIA)
+    delearning = ("local" if criterion == "posterior" else "constant") if (
+        delearning is None) else delearning
+    check_choice(delearning, "delearning", DELEARNING)
+    if method == "adaptive_em" and criterion != "posterior":
+        raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
+                         f"got {criterion!r}")
+    return criterion, delearning
+
+
 def check_rate(value, name, *, lower_open=True, upper=1.0):
     """Check a learning rate or fraction: a number in (0, upper] (or [0, upper])."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
@@ -280,8 +298,6 @@ def check_rate(value, name, *, lower_open=True, upper=1.0):
         bound = "(0, 1]" if lower_open else "[0, 1]"
         raise ValueError(f"{name} must lie in {bound}; got {value}")
     return value
-
-
 
 
 def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
@@ -342,19 +358,9 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     -------
     OnlineResult
     """
-    check_choice(method, "method", METHODS)
-    check_choice(schedule, "schedule", SCHEDULES)
-    check_choice(covariance, "covariance", mixture.COVARIANCES)
     check_choice(old_posterior, "old_posterior", ("zero", "previous"))
-    check_choice(init, "init", ("kmeans++", "random"))
-    criterion = DEFAULT_CRITERION[method] if criterion is None else criterion
-    check_choice(criterion, "criterion", CRITERIA)
-    delearning = ("local" if criterion == "posterior" else "constant") if (
-        delearning is None) else delearning
-    check_choice(delearning, "delearning", DELEARNING)
-    if method == "adaptive_em" and criterion != "posterior":
-        raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
-                         f"got {criterion!r}")
+    criterion, delearning = check_options(method, schedule, covariance, init, criterion,
+                                          delearning)
     x = check_data(x, "x")
     num, dim = x.shape
     k = check_positive_int(num_components, "num_components")

@@ -20,11 +20,9 @@ from inference.engine.streaming import batches
 from inference.mixture import online as mixture_online
 from inference.mixture.online_passes import batch_step
 from inference.mixture.stream import distinct_rows
-from ppl_models import mixture
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,
-    check_choice,
     check_nonnegative,
     check_positive,
     check_positive_int,
@@ -170,20 +168,9 @@ prior_count, min_share, reg_covar, min_weight
     -------
     OnlineStreamResult
     """
-    choice = check_choice
     rate = mixture_online.check_rate
-    choice(method, "method", mixture_online.METHODS)
-    choice(schedule, "schedule", mixture_online.SCHEDULES)
-    choice(covariance, "covariance", mixture.COVARIANCES)
-    choice(init, "init", ("kmeans++", "random"))
-    criterion = mixture_online.DEFAULT_CRITERION[method] if criterion is None else criterion
-    choice(criterion, "criterion", mixture_online.CRITERIA)
-    delearning = ("local" if criterion == "posterior" else "constant") if (
-        delearning is None) else delearning
-    choice(delearning, "delearning", mixture_online.DELEARNING)
-    if method == "adaptive_em" and criterion != "posterior":
-        raise ValueError(f"criterion must be 'posterior' (or None) for method='adaptive_em'; "
-                         f"got {criterion!r}")
+    criterion, delearning = mixture_online.check_options(method, schedule, covariance, init,
+                                                         criterion, delearning)
     k = check_positive_int(num_components, "num_components")
     numbers = {"learning_rate": rate(learning_rate, "learning_rate"),
                "delearning_rate": rate(delearning_rate, "delearning_rate", lower_open=False),
