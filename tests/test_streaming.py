@@ -227,6 +227,48 @@ def test_online_stream_resumes_from_its_state(data64):
                                    np.asarray(getattr(whole, name)), rtol=1e-12, err_msg=name)
 
 
+def test_online_stream_passes_carry_the_state_and_stop_at_tol(data64):
+    """Passes run through the engine carry the state on: two passes over a list of batches
+    equal one pass over the list twice; the trace has one entry per batch of every pass;
+    ``tol`` stops once a pass's mean objective settles; a one-shot iterator allows one."""
+    x, start = data64
+    parts = [x[i:i + 250] for i in range(0, N, 250)]
+    with jax.enable_x64(True):
+        two = fit_online_stream(parts, 4, method="cl_posterior", init_means=start,
+                                max_iterations=2)
+        once = fit_online_stream(parts + parts, 4, method="cl_posterior", init_means=start)
+        settled = fit_online_stream(parts, 4, method="cl", init_means=start,
+                                    max_iterations=100, tol=1e-2)
+    assert (two.num_iterations, two.converged, once.num_iterations) == (2, False, 1)
+    assert two.num_steps == once.num_steps == 2 * N
+    assert two.trace.objective.shape == two.trace.num_active.shape == (8,)
+    for name in ("all_weights", "all_means", "all_covariances", "win_counts"):
+        np.testing.assert_array_equal(np.asarray(getattr(two, name)),
+                                      np.asarray(getattr(once, name)), err_msg=name)
+    np.testing.assert_array_equal(np.asarray(two.trace.objective),
+                                  np.asarray(once.trace.objective))
+    assert settled.converged and 1 < settled.num_iterations < 100
+    assert settled.trace.objective.shape == (4 * settled.num_iterations,)
+    with pytest.raises(ValueError, match="one-shot iterator"):
+        fit_online_stream(iter(parts), 4, init_means=start, max_iterations=2)
+
+
+def test_an_online_stream_result_saved_before_the_engine_loads():
+    """``tests/data/saved_before_engine/online_stream.npz``: a one-pass fit of 100 rows in
+    batches of 30 saved with ``log_likelihood_trace`` and ``num_active_trace``."""
+    from pathlib import Path
+
+    import inference
+    from inference.mixture.online_stream import OnlineStreamResult, OnlineStreamTrace
+
+    saved = Path(__file__).resolve().parent / "data" / "saved_before_engine"
+    result = inference.load(saved / "online_stream.npz")
+    assert type(result) is OnlineStreamResult and type(result.trace) is OnlineStreamTrace
+    assert np.asarray(result.trace.objective).shape == (4,)
+    assert np.asarray(result.trace.num_active).tolist() == [3, 3, 3, 3]
+    assert (result.num_iterations, result.converged, result.num_steps) == (1, False, 100)
+
+
 def test_is_stream_tells_sources_from_arrays(tmp_path):
     """The test a public fit dispatches on: memmaps, callables, iterators and lists of
     batches stream; arrays and nested lists of numbers do not."""
