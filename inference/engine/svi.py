@@ -60,8 +60,9 @@ class SVIProblem(NamedTuple):
 
 
 class SVIInfo(NamedTuple):
-    """Per-step information: ``objective``, the loss (-ELBO, a total) before the step's
-    update, and ``converged`` (never: the SVI runs for exactly ``num_steps``)."""
+    """Per-step information: ``objective``, the loss (-ELBO) before the step's update,
+    and ``converged`` (never for :func:`svi_step`: the SVI runs for exactly
+    ``num_steps``; a family's own step may report a test of its own at the last step)."""
 
     objective: jax.Array
     converged: jax.Array
