@@ -193,10 +193,10 @@ def part_learning(args) -> dict:
             start = time.perf_counter()
             run = _quiet(fit_clipped_svi, s_train, args.num_hidden, rng_key=key_svi,
                          noise=args.noise, num_steps=length, learning_rate=rate,
-                         checkpoint_every=args.check_every)
+                         record_every=args.check_every)
             seconds = time.perf_counter() - start
             errors = np.asarray([heldout_error(w, b, args.noise, s_heldout)["corr_rmse"]
-                                 for w, b in zip(run.checkpoint_weights, run.checkpoint_bias,
+                                 for w, b in zip(run.recorded_weights, run.recorded_bias,
                                                  strict=True)])
             sweep.append({"learning_rate": rate, "num_steps": length, "errors": errors,
                           "final_error": float(errors[-1]), "best_error": float(errors.min()),

@@ -56,10 +56,10 @@ def test_svi_short_run_warns_and_keeps_checkpoints(planted):
     _, train, _ = planted
     with pytest.warns(ConvergenceWarning, match="raise num_steps"):
         svi = fit_clipped_svi(train[:200], 2, rng_key=jax.random.key(1), bias=False,
-                              num_steps=40, checkpoint_every=10)
-    assert svi.checkpoint_weights.shape == (4, 12, 2) and svi.checkpoint_bias.shape == (4, 12)
+                              num_steps=40, record_every=10)
+    assert svi.recorded_weights.shape == (4, 12, 2) and svi.recorded_bias.shape == (4, 12)
     assert np.all(np.asarray(svi.bias) == 0.0)
-    np.testing.assert_array_equal(svi.checkpoint_weights[-1], svi.weights)
+    np.testing.assert_array_equal(svi.recorded_weights[-1], svi.weights)
     assert svi.hidden_loc.shape == svi.hidden_scale.shape == (200, 2)
 
 
@@ -108,7 +108,7 @@ def test_nuts_predictive_moments_match_the_truth():
      "noise"),
     (lambda s: fit_clipped_svi(s, 2, rng_key=jax.random.key(0), bias="yes"), TypeError, "bias"),
     (lambda s: fit_clipped_svi(s, 2, rng_key=jax.random.key(0), num_steps=100,
-                               checkpoint_every=30), ValueError, "checkpoint_every"),
+                               record_every=30), ValueError, "record_every"),
     (lambda s: fit_clipped_svi(s, 2, rng_key=jax.random.key(0), init_weights=np.ones((11, 2))),
      ValueError, "init_weights"),
     (lambda s: fit_clipped_svi(s, 2, rng_key=jax.random.key(0), learning_rate=-1.0),

@@ -27,15 +27,15 @@ from numpyro.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
 
 from inference.clipped.baselines_common import check_arguments, initial_weights, program_kwargs
 from inference.engine import Algorithm, run, select
-from inference.engine.checkpoint import svi_ready, svi_start
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.svi import SVIFit, SVIInfo, SVIProblem, svi_init, svi_update
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_positive, check_positive_int
 
 __all__ = ["fit_clipped_svi", "ClippedSVIResult", "ClippedSVITrace", "ClippedSVIState",
-           "SVIInfo", "svi_step"]
+           "svi_step"]
 
 #: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
 FINAL_FRACTION = 0.01
@@ -72,8 +72,8 @@ class ClippedSVIResult(NamedTuple):
         The Gaussian q(y) of every pattern.
     noise : float
         sigma of the program that was fitted (score it at this noise).
-    checkpoint_weights, checkpoint_bias : arrays (num_checkpoints, N, P), (num_checkpoints, N)
-        W and xi after every ``checkpoint_every`` steps, or None.
+    recorded_weights, recorded_bias : arrays (num_records, N, P), (num_records, N)
+        W and xi after every ``record_every`` steps, or None.
     """
 
     weights: jax.Array
@@ -84,18 +84,20 @@ class ClippedSVIResult(NamedTuple):
     hidden_loc: jax.Array
     hidden_scale: jax.Array
     noise: float
-    checkpoint_weights: jax.Array | None = None
-    checkpoint_bias: jax.Array | None = None
+    recorded_weights: jax.Array | None = None
+    recorded_bias: jax.Array | None = None
 
 
-register_renamed_fields(ClippedSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
+register_renamed_fields(ClippedSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations",
+                                           "checkpoint_weights": "recorded_weights",
+                                           "checkpoint_bias": "recorded_bias"},
                         convert=wrap_trace(ClippedSVITrace))
 
 
 class ClippedSVIState(NamedTuple):
     """One start's state: the SVI state (with its own key and step count), the step
     index, the losses of the fifth and seventh tenths of the steps (the convergence
-    test) and W, xi after every ``checkpoint_every`` steps."""
+    test) and W, xi after every ``record_every`` steps."""
 
     svi: object
     step: jax.Array
@@ -103,14 +105,6 @@ class ClippedSVIState(NamedTuple):
     late: jax.Array
     weights: jax.Array
     bias: jax.Array
-
-
-class SVIInfo(NamedTuple):
-    """Per-step information: ``objective`` (the loss per observed spin) and ``converged``
-    (only ever True at the last step, where it is the test of ``tol``)."""
-
-    objective: jax.Array
-    converged: jax.Array
 
 
 def _svi(num_steps, learning_rate, init_weights, bias):
@@ -128,16 +122,16 @@ def _svi(num_steps, learning_rate, init_weights, bias):
     return SVI(model, guide, optax.adam(schedule), TraceMeanField_ELBO())
 
 
-def _kwargs(noise, num_hidden, bias):
-    return {"noise": noise, "num_hidden": num_hidden, **program_kwargs(bias)}
-
-
-def _ready(svi_state, spins, noise, learning_rate, *, num_hidden, bias, num_steps):
-    """The SVI of a step from ``svi_state`` (its ``init`` traced only; the initial W it
-    would set is unused, so zeros stand in)."""
-    zeros = jnp.zeros((spins.shape[1], num_hidden), spins.dtype)
-    return svi_ready(_svi(num_steps, learning_rate, zeros, bias), svi_state, spins,
-                     **_kwargs(noise, num_hidden, bias))
+def _make(data, params, start, *, num_hidden, bias, num_steps):
+    """The SVI of :func:`fit_clipped_svi` (:mod:`inference.engine.svi`): ``params`` is
+    ``(noise, learning_rate)``, ``start`` the initial W (None: zeros, where only the
+    shapes matter)."""
+    (spins,) = data
+    noise, learning_rate = params
+    if start is None:
+        start = jnp.zeros((spins.shape[1], num_hidden), spins.dtype)
+    kwargs = {"noise": noise, "num_hidden": num_hidden, **program_kwargs(bias)}
+    return SVIProblem(_svi(num_steps, learning_rate, start, bias), (spins,), kwargs)
 
 
 def _point(svi, svi_state, spins, bias):
@@ -148,7 +142,7 @@ def _point(svi, svi_state, spins, bias):
 
 
 def svi_step(rng_key, state, data, params, *, shard, num_hidden, bias, num_steps,
-             checkpoint_every):
+             record_every):
     """One Adam step (``svi.update``) as an :class:`~inference.engine.Algorithm` step.
 
     The SVI state carries its own key, so ``rng_key`` is unused. The losses of the
@@ -157,9 +151,9 @@ def svi_step(rng_key, state, data, params, *, shard, num_hidden, bias, num_steps
     """
     (spins,) = data
     noise, learning_rate, tol = params
-    svi = _ready(state.svi, spins, noise, learning_rate, num_hidden=num_hidden, bias=bias,
-                 num_steps=num_steps)
-    svi_state, loss = svi.update(state.svi, spins, **_kwargs(noise, num_hidden, bias))
+    problem, svi_state, loss = svi_update(_make, state.svi, data, (noise, learning_rate),
+                                          num_hidden=num_hidden, bias=bias,
+                                          num_steps=num_steps)
     loss = loss / spins.size
     i = state.step
     tenth = state.early.shape[0]
@@ -170,9 +164,9 @@ def svi_step(rng_key, state, data, params, *, shard, num_hidden, bias, num_steps
         return block.at[slot].set(jnp.where(inside, loss, block[slot]))
 
     early, late = kept(state.early, i - 4 * tenth), kept(state.late, i - 6 * tenth)
-    weights, xi = _point(svi, svi_state, spins, bias)
-    slot = jnp.clip((i + 1) // checkpoint_every - 1, 0, state.weights.shape[0] - 1)
-    write = (i + 1) % checkpoint_every == 0
+    weights, xi = _point(problem.svi, svi_state, spins, bias)
+    slot = jnp.clip((i + 1) // record_every - 1, 0, state.weights.shape[0] - 1)
+    write = (i + 1) % record_every == 0
     history_w = state.weights.at[slot].set(jnp.where(write, weights, state.weights[slot]))
     history_b = state.bias.at[slot].set(jnp.where(write, xi, state.bias[slot]))
     mean_early, mean_late = jnp.mean(early), jnp.mean(late)
@@ -182,18 +176,17 @@ def svi_step(rng_key, state, data, params, *, shard, num_hidden, bias, num_steps
             SVIInfo(loss, converged))
 
 
-@partial(jax.jit, static_argnames=("num_hidden", "bias", "num_steps", "checkpoint_every"))
+@partial(jax.jit, static_argnames=("num_hidden", "bias", "num_steps", "record_every"))
 def _svi_states(keys, spins, noise, learning_rate, init_weights, *, num_hidden, bias,
-                num_steps, checkpoint_every):
+                num_steps, record_every):
     """The state of every start (one) before the first step."""
     tenth = max(1, num_steps // 10)
-    count = num_steps // checkpoint_every
+    count = num_steps // record_every
     num_units = spins.shape[1]
 
     def one(key):
-        svi = _svi(num_steps, learning_rate, init_weights, bias)
-        svi_state = svi_start(svi.init(key, spins, **_kwargs(noise, num_hidden, bias)), 1,
-                              spins.dtype)[0]
+        svi_state = svi_init(_make, key, (spins,), (noise, learning_rate), init_weights,
+                             num_hidden=num_hidden, bias=bias, num_steps=num_steps)
         return ClippedSVIState(svi_state, jnp.zeros((), jnp.int32),
                                jnp.zeros(tenth, spins.dtype), jnp.zeros(tenth, spins.dtype),
                                jnp.zeros((count, num_units, num_hidden), spins.dtype),
@@ -202,18 +195,15 @@ def _svi_states(keys, spins, noise, learning_rate, init_weights, *, num_hidden, 
     return jax.vmap(one)(keys)
 
 
-@partial(jax.jit, static_argnames=("num_hidden", "bias", "num_steps"))
-def _hidden(svi_state, spins, noise, learning_rate, *, num_hidden, bias, num_steps):
+def _hidden(problem, svi_state, data, params):
     """The Gaussian q(y) of every pattern (loc, scale) from a final SVI state."""
-    svi = _ready(svi_state, spins, noise, learning_rate, num_hidden=num_hidden, bias=bias,
-                 num_steps=num_steps)
-    params = svi.get_params(svi_state)
-    return params["y_hidden_loc"], params["y_hidden_scale"]
+    values = problem.svi.get_params(svi_state)
+    return values["y_hidden_loc"], values["y_hidden_scale"]
 
 
 def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE,
                     bias: bool = True, num_steps: int = 2000, learning_rate: float = 0.1,
-                    init_weights=None, checkpoint_every: int | None = None, tol: float = 0.05,
+                    init_weights=None, record_every: int | None = None, tol: float = 0.05,
                     progress_bar: bool = False) -> ClippedSVIResult:
     """Learn W (and xi) by SVI on the clipped-Gaussian program at noise sigma.
 
@@ -257,8 +247,9 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
         Adam's initial step size.
     init_weights : array (N, P), optional
         Initial W.
-    checkpoint_every : int, optional
-        Record W and xi every this many steps (must divide ``num_steps``).
+    record_every : int, optional
+        Record W and xi every this many steps (must divide ``num_steps``):
+        ``recorded_weights``, ``recorded_bias`` of the result.
     tol : float
         ``converged`` when the mean loss fell by at most ``tol`` (relative) from
         the fifth to the seventh tenth of the steps, while the step size is still
@@ -286,12 +277,12 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
     check_positive(learning_rate, "learning_rate")
     check_positive(tol, "tol")
     block_steps = num_steps
-    if checkpoint_every is not None:
-        block_steps = check_positive_int(checkpoint_every, "checkpoint_every", maximum=num_steps,
+    if record_every is not None:
+        block_steps = check_positive_int(record_every, "record_every", maximum=num_steps,
                                          why=f" (num_steps = {num_steps})")
         if num_steps % block_steps:
-            raise ValueError(f"checkpoint_every must divide num_steps = {num_steps}; got "
-                             f"{checkpoint_every}")
+            raise ValueError(f"record_every must divide num_steps = {num_steps}; got "
+                             f"{record_every}")
     num_units = spins.shape[1]
     key_init, key_run = jax.random.split(rng_key)
     start = initial_weights(key_init, init_weights, num_units, num_hidden)
@@ -300,13 +291,15 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
     rate = jnp.asarray(learning_rate, spins.dtype)
     keys = key_run[None]
     states = _svi_states(keys, spins, noise_value, rate, start.astype(spins.dtype),
-                         checkpoint_every=block_steps, **static)
-    algorithm = Algorithm(svi_step, options=(*static.items(), ("checkpoint_every", block_steps)),
+                         record_every=block_steps, **static)
+    algorithm = Algorithm(svi_step, options=(*static.items(), ("record_every", block_steps)),
                           name="fit_clipped_svi")
     fitted = run(algorithm, states, (spins,), (noise_value, rate, jnp.asarray(tol, spins.dtype)),
                  keys=keys, max_iterations=num_steps, progress_bar=progress_bar)
     state, trace, num_iterations, converged = select(fitted, 0)
-    loc, scale = _hidden(state.svi, spins, noise_value, rate, **static)
+    fit = SVIFit(_make, "fit_clipped_svi", tuple(static.items()))
+    loc, scale = (leaf[0] for leaf in fit.read(fitted.state.svi, (spins,), (noise_value, rate),
+                                               _hidden))
     losses, weights = trace.objective, state.weights[-1]
     if not (bool(jnp.all(jnp.isfinite(losses[-1:]))) and bool(jnp.all(jnp.isfinite(weights)))):
         warnings.warn("fit_clipped_svi: the loss or W is not finite; lower learning_rate",
@@ -315,6 +308,6 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
         warnings.warn(f"fit_clipped_svi: the loss still falls by more than tol={tol:g} "
                       f"(relative) in the middle of the {num_steps} steps; raise num_steps",
                       ConvergenceWarning, stacklevel=2)
-    checkpoints = (state.weights, state.bias) if checkpoint_every is not None else (None, None)
+    records = (state.weights, state.bias) if record_every is not None else (None, None)
     return ClippedSVIResult(weights, state.bias[-1], ClippedSVITrace(losses), num_iterations,
-                            converged, loc, scale, noise, *checkpoints)
+                            converged, loc, scale, noise, *records)

@@ -21,6 +21,8 @@ from inference.engine.loop import (
     select,
     warn_not_converged,
 )
+from inference.engine.svi import SVIFit, SVIInfo, SVIProblem
 
 __all__ = ["Algorithm", "Run", "Shard", "StatisticsAlgorithm", "cut",
-           "relative_change_converged", "run", "select", "warn_not_converged"]
+           "relative_change_converged", "run", "select", "warn_not_converged",
+           "SVIFit", "SVIInfo", "SVIProblem"]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from functools import partial
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +20,9 @@ from numpyro.infer import SVI, TraceEnum_ELBO
 from numpyro.optim import Adam
 
 from inference.association.core import associate
-from inference.engine import Algorithm, run, select
-from inference.engine.checkpoint import checkpointing, svi_start
+from inference.engine import select
+from inference.engine.checkpoint import checkpointing
+from inference.engine.svi import SVIFit, SVIProblem
 from inference.gvq.algorithm import restart_features
 from inference.gvq.baselines_association import MAX_ENUMERATED_FEATURES
 from inference.gvq.result import GVQResult, GVQTrace
@@ -38,15 +37,7 @@ from ppl_models.validation import (
     check_rng_key,
 )
 
-__all__ = ["fit_gvq_svi", "svi_step", "SVIInfo"]
-
-
-class SVIInfo(NamedTuple):
-    """Per-step information: ``objective`` (the loss, -ELBO), ``converged`` (never: the
-    SVI runs for exactly ``num_steps``)."""
-
-    objective: jax.Array
-    converged: jax.Array
+__all__ = ["fit_gvq_svi"]
 
 
 def _gvq_svi(model, start, learning_rate):
@@ -58,56 +49,21 @@ def _gvq_svi(model, start, learning_rate):
     return SVI(model, point_guide, Adam(learning_rate), TraceEnum_ELBO(max_plate_nesting=1))
 
 
-def _svi_kwargs(dynamic_kwargs, static_kwargs, noise, num_features):
-    return {**dynamic_kwargs, **dict(static_kwargs), "sigma": noise, "split_states": True,
-            "num_features": num_features}
-
-
-def _ready_svi(model, learning_rate, svi_state, x, kwargs, num_features):
-    """The SVI object for a step from ``svi_state`` (``svi.init`` traced only: it sets the
-    parameters' constraint maps, which ``update`` and ``get_params`` need; the start value
-    of F it would draw is unused, so zeros stand in)."""
-    svi = _gvq_svi(model, jnp.zeros((num_features, x.shape[1]), x.dtype), learning_rate)
-    svi.init(svi_state.rng_key, x, **kwargs)
-    return svi
-
-
-def svi_step(rng_key, state, data, params, *, shard, model, static_kwargs, learning_rate,
-             num_features):
-    """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
-    step; the SVI state carries its own key, so ``rng_key`` is unused."""
+def _make(data, params, start, *, model, static_kwargs, learning_rate, num_features):
+    """The SVI of :func:`fit_gvq_svi` (:class:`inference.engine.svi.SVIFit`): ``params`` is
+    ``(noise, dynamic model kwargs)``; without a ``start`` zeros stand in for F."""
     (x,) = data
     noise, dynamic_kwargs = params
-    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, noise, num_features)
-    state, loss = _ready_svi(model, learning_rate, state, x, kwargs, num_features).update(
-        state, x, **kwargs)
-    return state, SVIInfo(loss, jnp.asarray(False))
+    if start is None:
+        start = jnp.zeros((num_features, x.shape[1]), x.dtype)
+    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "sigma": noise, "split_states": True,
+              "num_features": num_features}
+    return SVIProblem(_gvq_svi(model, start, learning_rate), (x,), kwargs)
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "learning_rate"))
-def _svi_states(keys, x, starts, noise, dynamic_kwargs, *, model, static_kwargs,
-                learning_rate):
-    """The SVI state of every restart (vmapped) before the first step."""
-    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, noise, starts.shape[1])
-
-    def one(key, start):
-        return svi_start(_gvq_svi(model, start, learning_rate).init(key, x, **kwargs), 1,
-                         x.dtype)[0]
-
-    return jax.vmap(one)(keys, starts)
-
-
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "learning_rate", "num_features"))
-def _svi_features(states, x, noise, dynamic_kwargs, *, model, static_kwargs, learning_rate,
-                  num_features):
-    """F of every restart from its SVI state."""
-    kwargs = _svi_kwargs(dynamic_kwargs, static_kwargs, noise, num_features)
-
-    def one(state):
-        svi = _ready_svi(model, learning_rate, state, x, kwargs, num_features)
-        return svi.get_params(state)["F_loc"]
-
-    return jax.vmap(one)(states)
+def _features(problem, state, data, params):
+    """F of one restart from its SVI state."""
+    return problem.svi.get_params(state)["F_loc"]
 
 
 def fit_gvq_svi(
@@ -188,20 +144,19 @@ def fit_gvq_svi(
     dynamic, static = split_model_kwargs(model_kwargs)
     keys = jax.random.split(key_run, num_restarts)
     noise_value = jnp.asarray(noise, x.dtype)
-    common = dict(model=model, static_kwargs=static, learning_rate=learning_rate)
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_features=num_features, noise=noise, num_steps=num_steps,
              learning_rate=learning_rate, num_restarts=num_restarts, model=model,
              model_kwargs=model_kwargs, rng_key=rng_key),
         data=(x,), starts=starts)
-    algorithm = Algorithm(svi_step, options=(*common.items(), ("num_features", num_features)),
-                          name="fit_gvq_svi")
-    states = _svi_states(keys, x, starts, noise_value, dynamic, **common)
-    fitted = run(algorithm, states, (x,), (noise_value, dynamic), keys=keys,
-                 max_iterations=num_steps, checkpoint=checkpoint)
-    features = _svi_features(fitted.state, x, noise_value, dynamic, num_features=num_features,
-                             **common)
+    fit = SVIFit(_make, "fit_gvq_svi", (("model", model), ("static_kwargs", static),
+                                        ("learning_rate", learning_rate),
+                                        ("num_features", num_features)))
+    params = (noise_value, dynamic)
+    fitted = fit.run(keys, (x,), params, num_steps=num_steps, starts=starts,
+                     checkpoint=checkpoint)
+    features = fit.read(fitted.state, (x,), params, _features)
     losses = fitted.trace.objective
     final = losses[:, -1]
     if not bool(jnp.all(jnp.isfinite(final))):

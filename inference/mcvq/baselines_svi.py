@@ -37,11 +37,12 @@ dimension; ``inference.mcvq.scoring.MAX_ENUMERATED_TERMS`` bounds J^K K and
 ``MAX_ENUMERATED_CELLS`` bounds N D J^K K (:func:`inference.mcvq.scoring.check_enumerable`);
 larger problems raise ValueError. The fits are scored by :mod:`inference.mcvq.scoring`.
 
-Both run exactly ``num_steps`` Adam steps (no convergence test stops them).
-:func:`fit_mcvq_svi` runs through the engine (:func:`inference.engine.run`), an
-:class:`~inference.engine.Algorithm` whose step is ``svi.update`` (:func:`svi_step`);
-:func:`fit_mcvq_meanfield_svi` keeps its own chunked loop with the same checkpoints
-(see the note above :func:`_svi_start` for why).
+Both run exactly ``num_steps`` Adam steps (no convergence test stops them), from one
+description of the SVI (:class:`inference.engine.svi.SVIFit`). :func:`fit_mcvq_svi` runs
+through the engine (:func:`inference.engine.run`), an
+:class:`~inference.engine.Algorithm` whose step is ``svi.update``;
+:func:`fit_mcvq_meanfield_svi` keeps its own chunked loop with the same checkpoints (see
+the note above :func:`_loop_start` for why).
 
 References
 ----------
@@ -66,16 +67,10 @@ from numpyro.contrib.funsor import config_enumerate
 from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceEnum_ELBO
 
-from inference.engine.checkpoint import (
-    checkpointing,
-    run_chunks,
-    svi_advance,
-    svi_ready,
-    svi_start,
-)
-from inference.engine.loop import Algorithm, run, select
+from inference.engine.checkpoint import checkpointing, run_chunks, svi_advance, svi_start
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.progress import progress
+from inference.engine.svi import SVIFit, SVIProblem, svi_init, svi_ready_problem
 from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
 from inference.mcvq.scoring import check_enumerable, check_scored_inputs
@@ -84,7 +79,7 @@ from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int, check_rng_key
 
 __all__ = ["fit_mcvq_svi", "fit_mcvq_meanfield_svi", "enumerated_loss", "MCVQSVIResult",
-           "MCVQSVITrace", "SVIInfo", "svi_step"]
+           "MCVQSVITrace"]
 
 #: Adam's step size decays by a cosine to this fraction of ``learning_rate``.
 _FINAL_FRACTION = 0.01
@@ -167,8 +162,12 @@ def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m
     return _program(x, mask, a, b, init_mu, init_sigma, lower)
 
 
-def _svi_problem(x, mask, a, b, init, lower, learning_rate, *, meanfield, num_steps):
-    """The SVI of the MCVQ wrappers and the arguments of its model and guide."""
+def _make(data, params, start, *, meanfield, num_steps):
+    """The SVI of the MCVQ wrappers (:class:`inference.engine.svi.SVIFit`) and the
+    arguments of its model and guide: ``data`` is ``(x, mask)``, ``params`` ``(a, b,
+    start, learning_rate, lower)`` (the start is in ``params``)."""
+    x, mask = data
+    a, b, init, learning_rate, lower = params
     if meanfield:
         model, guide = _meanfield_program, _meanfield_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower, init.g, init.m)
@@ -176,89 +175,52 @@ def _svi_problem(x, mask, a, b, init, lower, learning_rate, *, meanfield, num_st
         model, guide = config_enumerate(_program), _no_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower)
     schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=_FINAL_FRACTION)
-    return SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)), args
+    return SVIProblem(SVI(model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=2)),
+                      args, {})
 
 
-class SVIInfo(NamedTuple):
-    """One SVI step as the engine records it: ``objective``, the loss (a total over the
-    examples) before the step, and ``converged`` (never: the SVI runs exactly
-    ``num_steps``)."""
-
-    objective: jax.Array
-    converged: jax.Array
-
-
-def svi_step(rng_key, state, data, params, *, shard, meanfield, num_steps):
-    """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
-    step. ``data`` is ``(x, mask)``, ``params`` ``(a, b, start, learning_rate, lower)``; the
-    SVI state carries its own key, so ``rng_key`` is unused."""
-    del rng_key, shard  # one device; NumPyro splits the state's key
-    x, mask = data
-    a, b, init, learning_rate, lower = params
-    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
-                             num_steps=num_steps)
-    state, loss = svi_ready(svi, state, *args).update(state, *args)
-    return state, SVIInfo(loss, jnp.asarray(False))
-
-
-@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_state(rng_key, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
-    """The SVI state before the first step (``svi.init``), stacked as one start."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
-                             num_steps=num_steps)
-    state = svi_start(svi.init(rng_key, *args), 1, x.dtype)[0]
-    return jax.tree.map(lambda leaf: leaf[None], state)
-
-
-@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_params(state, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
+def _parameters_and_loss(problem, state, data, params):
     """(params, loss) (a total) at the SVI state after the last step."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
-                             num_steps=num_steps)
-    svi = svi_ready(svi, state, *args)
-    return svi.get_params(state), svi.evaluate(state, *args)
+    return problem.svi.get_params(state), problem.svi.evaluate(state, *problem.args)
 
 
-# The mean-field SVI keeps its own chunked loop: run through the engine's loop (vmapped
-# over one start, the trace in the carry), XLA compiles its update with other fusions,
-# and the float32 rounding that follows, which Adam amplifies along gradients that are
-# partly rounding noise, moved its results by up to 2e-5 relative from the recorded ones
-# after 40 steps. The step function itself is exact: in a plain while loop, batched or
-# not, it reproduces this loop bit for bit.
+# The mean-field SVI keeps its own chunked loop (:func:`inference.engine.checkpoint.svi_advance`,
+# the same SVI from :func:`_make`): run through the engine's loop, XLA fuses its update
+# differently from the first step on, and the float32 rounding that follows, amplified by
+# Adam along gradients that are partly rounding noise, moves its results after 40 steps
+# by up to 4e-5 (absolute; 2.6e-3 relative on an entry of m near 0.016) from the recorded
+# ones. The step itself is exact: in this loop, with or without the engine's masking of
+# finished starts, it reproduces the recording bit for bit.
 
-@partial(jax.jit, static_argnames=("meanfield", "num_steps"))
-def _svi_start(rng_key, x, mask, a, b, init, learning_rate, lower, *, meanfield, num_steps):
-    """The SVI carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
-                             num_steps=num_steps)
-    return svi_start(svi.init(rng_key, *args), num_steps, x.dtype)
-
-
-@partial(jax.jit, static_argnames=("meanfield", "num_steps", "progress_every"))
-def _svi_advance(carry, x, mask, a, b, init, learning_rate, lower, stop_at, *, meanfield,
-                 num_steps, progress_every=0):
-    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints,
-    :func:`inference.engine.checkpoint.svi_advance`)."""
-    svi, args = _svi_problem(x, mask, a, b, init, lower, learning_rate, meanfield=meanfield,
-                             num_steps=num_steps)
-    svi = svi_ready(svi, carry[0], *args)
-    return svi_advance(lambda state: svi.update(state, *args), carry, stop_at, progress_every)
+@partial(jax.jit, static_argnames=("fit",))
+def _loop_start(fit, rng_key, data, params):
+    """The carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
+    options = dict(fit.options)
+    state = svi_init(fit.make, rng_key, data, params, **options)
+    return svi_start(state, options["num_steps"], data[0].dtype)
 
 
-def _svi_chunks(rng_key, data, params, *, meanfield, num_steps, progress_bar, caller,
-                checkpoint):
-    """All SVI steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk
-    without ``checkpoint``); returns (final SVI state, losses) (totals)."""
-    common = dict(meanfield=meanfield, num_steps=num_steps)
-    chunks = (dict(kind=caller, options={}) if checkpoint is None
-              else checkpoint.chunk_arguments(caller))
-    with progress(num_steps, caller, progress_bar) as every:
+@partial(jax.jit, static_argnames=("fit", "progress_every"))
+def _loop_advance(fit, carry, data, params, stop_at, *, progress_every=0):
+    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints)."""
+    problem = svi_ready_problem(fit.make, carry[0], data, params, **dict(fit.options))
+    return svi_advance(lambda state: problem.svi.update(state, *problem.args), carry, stop_at,
+                       progress_every)
+
+
+def _run_loop(fit, rng_key, data, params, *, progress_bar, checkpoint):
+    """All steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk without
+    ``checkpoint``); returns (final SVI state stacked as one start, losses) (totals)."""
+    chunks = (dict(kind=fit.name, options={}) if checkpoint is None
+              else checkpoint.chunk_arguments(fit.name))
+    total = dict(fit.options)["num_steps"]
+    with progress(total, fit.name, progress_bar) as every:
         carry = run_chunks(
-            lambda carry, stop_at: _svi_advance(carry, *data, *params, stop_at,
-                                                progress_every=every, **common),
-            lambda: _svi_start(rng_key, *data, *params, **common),
-            total=num_steps, finished=lambda carry: False, **chunks)
-    return carry[0], carry[1]
+            lambda carry, stop_at: _loop_advance(fit, carry, data, params, stop_at,
+                                                 progress_every=every),
+            lambda: _loop_start(fit, rng_key, data, params),
+            total=total, finished=lambda carry: False, **chunks)
+    return jax.tree.map(lambda leaf: leaf[None], carry[0]), carry[1]
 
 
 def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
@@ -354,24 +316,22 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, var
     init = init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower))
     learning_rate_value = jnp.asarray(learning_rate, x.dtype)
     data, params = (x, mask), (a, b, init, learning_rate_value, lower)
-    common = dict(meanfield=meanfield, num_steps=num_steps)
     key = jax.random.split(rng_key)[1]
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps,
              learning_rate=learning_rate, variance_floor=variance_floor, rng_key=rng_key),
         data=data, start=(*init, a, b, lower))
+    fit = SVIFit(_make, caller, (("meanfield", meanfield), ("num_steps", num_steps)))
     if meanfield:
-        state, losses = _svi_chunks(key, data, params, progress_bar=progress_bar, caller=caller,
-                                    checkpoint=checkpoint, **common)
+        states, losses = _run_loop(fit, key, data, params, progress_bar=progress_bar,
+                                   checkpoint=checkpoint)
     else:
-        algorithm = Algorithm(svi_step, options=tuple(common.items()), name=caller)
-        fitted = run(algorithm, _svi_state(key, *data, *params, **common), data, params,
-                     keys=key[None], max_iterations=num_steps, progress_bar=progress_bar,
-                     checkpoint=checkpoint)
-        state, trace, _, _ = select(fitted, 0)
-        losses = trace.objective
-    values, final = _svi_params(state, *data, *params, **common)
+        fitted = fit.run(key[None], data, params, num_steps=num_steps,
+                         progress_bar=progress_bar, checkpoint=checkpoint)
+        states, losses = fitted.state, fitted.trace.objective[0]
+    values, final = jax.tree.map(lambda leaf: leaf[0], fit.read(states, data, params,
+                                                                _parameters_and_loss))
     losses = losses / num
     final = float(final) / num
     finite = bool(np.isfinite(final)) and all(

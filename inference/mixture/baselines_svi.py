@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -21,9 +20,9 @@ from numpyro import handlers
 from numpyro.infer import SVI, TraceEnum_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
-from inference.engine import Algorithm, run
-from inference.engine.checkpoint import checkpointing, svi_ready, svi_start
+from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.svi import SVIFit, SVIProblem
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
     check_common,
@@ -104,48 +103,23 @@ def _mixture_svi(init_values, learning_rate, covariance, num_steps):
     return SVI(mixture.model, guide, optax.adam(schedule), TraceEnum_ELBO(max_plate_nesting=1))
 
 
-class SVIInfo(NamedTuple):
-    """Per-step information: ``objective`` (the loss, -ELBO, before the step's update) and
-    ``converged`` (never: the SVI runs for exactly ``num_steps``)."""
-
-    objective: jax.Array
-    converged: jax.Array
-
-
-def svi_step(rng_key, state, data, params, *, shard, covariance, num_components, num_steps):
-    """One Adam step of the SVI (``svi.update``) as an :class:`~inference.engine.Algorithm`
-    step; the SVI state carries its own key, so ``rng_key`` is unused."""
+def _make(data, params, start, *, covariance, num_components, num_steps):
+    """The SVI of :func:`fit_mixture_svi` (:class:`inference.engine.svi.SVIFit`): ``params``
+    is ``(initial sites, learning_rate, prior_scale)``; the start is in ``params``."""
     (x,) = data
     init_values, learning_rate, prior_scale = params
-    kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), state, x,
-                    **kwargs)
-    state, loss = svi.update(state, x, **kwargs)
-    return state, SVIInfo(loss, jnp.asarray(False))
+    return SVIProblem(_mixture_svi(init_values, learning_rate, covariance, num_steps), (x,),
+                      model_kwargs(covariance, num_components, prior_scale))
 
 
-@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_states(rng_key, x, init_values, learning_rate, prior_scale, *, covariance,
-                num_components, num_steps):
-    """The SVI state before the first step, stacked as the engine's one start."""
-    kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = _mixture_svi(init_values, learning_rate, covariance, num_steps)
-    state = svi_start(svi.init(rng_key, x, **kwargs), 1, x.dtype)[0]
-    return jax.tree.map(lambda leaf: leaf[None], state)
-
-
-@partial(jax.jit, static_argnames=("covariance", "num_components", "num_steps"))
-def _svi_finish(state, x, init_values, learning_rate, prior_scale, *, covariance,
-                num_components, num_steps):
+def _sites_and_prior(problem, state, data, params):
     """(sites, log prior) from the last SVI state."""
-    model = mixture.model
-    kwargs = model_kwargs(covariance, num_components, prior_scale)
-    svi = svi_ready(_mixture_svi(init_values, learning_rate, covariance, num_steps), state, x,
-                    **kwargs)
-    params = svi.get_params(state)  # constrained values
-    sites = {name: params[f"{name}_auto_loc"] for name in init_values}
-    trace = handlers.trace(handlers.seed(handlers.substitute(model, data=sites), 0)).get_trace(
-        x, **kwargs)
+    (x,) = data
+    init_values = params[0]
+    values = problem.svi.get_params(state)  # constrained values
+    sites = {name: values[f"{name}_auto_loc"] for name in init_values}
+    trace = handlers.trace(handlers.seed(handlers.substitute(mixture.model, data=sites),
+                                         0)).get_trace(x, **problem.kwargs)
     log_prior = sum(jnp.sum(trace[name]["fn"].log_prob(trace[name]["value"])) for name in sites)
     return sites, log_prior
 
@@ -243,21 +217,18 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     init_values = site_values(weights, means, cov, covariance)
     learning_rate_value = jnp.asarray(learning_rate, x.dtype)
     prior_scale_value = jnp.asarray(prior_scale, x.dtype)
-    common = dict(covariance=covariance, num_components=k, num_steps=num_steps)
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_components=k, covariance=covariance, num_steps=num_steps,
              learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key),
         data=(x,), start=tuple(init_values.values()))
-    states = _svi_states(key_run, x, init_values, learning_rate_value, prior_scale_value,
-                         **common)
-    fitted = run(Algorithm(svi_step, options=tuple(common.items()), name="fit_mixture_svi"),
-                 states, (x,), (init_values, learning_rate_value, prior_scale_value),
-                 keys=key_run[None], max_iterations=num_steps, progress_bar=progress_bar,
-                 checkpoint=checkpoint)
-    state = jax.tree.map(lambda leaf: leaf[0], fitted.state)
-    sites, log_prior = jax.block_until_ready(_svi_finish(
-        state, x, init_values, learning_rate_value, prior_scale_value, **common))
+    fit = SVIFit(_make, "fit_mixture_svi", (("covariance", covariance), ("num_components", k),
+                                            ("num_steps", num_steps)))
+    params = (init_values, learning_rate_value, prior_scale_value)
+    fitted = fit.run(key_run[None], (x,), params, num_steps=num_steps,
+                     progress_bar=progress_bar, checkpoint=checkpoint)
+    sites, log_prior = jax.block_until_ready(jax.tree.map(
+        lambda leaf: leaf[0], fit.read(fitted.state, (x,), params, _sites_and_prior)))
     losses = fitted.trace.objective[0]
     losses = losses / num
     weights, means, cov = parameters_from_sites(sites, covariance, dim)

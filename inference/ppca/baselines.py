@@ -10,7 +10,7 @@ dimensions, so NUTS is quick on small data and SVI needs no guide for z.
 * :func:`fit_ppca_svi`: SVI with ``AutoDelta`` on W, mu and sigma (a point estimate:
   the maximum a posteriori parameters; with N examples the priors barely move it from
   the maximum-likelihood fit of ``fit_ppca(noise="ml")``), Adam with a cosine-decayed
-  step size, all steps in one jitted ``lax.scan``;
+  step size, all steps in the engine's one compiled loop (:mod:`inference.engine.svi`);
 * :func:`fit_ppca_mcmc`: NUTS over W, mu and sigma, summarised by rotation-invariant
   quantities (W is identified only up to W -> Q W): the posterior mean of W^T W, its
   leading q eigenvectors (the posterior's principal subspace) and the posterior mean
@@ -39,6 +39,7 @@ from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.progress import progress, tick
+from inference.engine.svi import SVIFit, SVIProblem
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
@@ -118,22 +119,21 @@ register_renamed_fields(PPCASVIResult, {"loss_trace": "trace", "num_steps": "num
                         convert=wrap_trace(PPCASVITrace))
 
 
-@partial(jax.jit, static_argnames=("num_steps", "progress_every"))
-def _svi_run(rng_key, x, start, learning_rate, *, num_steps, progress_every):
+def _svi_make(data, params, start, *, num_steps):
+    """The SVI of :func:`fit_ppca_svi` (:class:`inference.engine.svi.SVIFit`): ``params``
+    is ``(initial sites, learning_rate)`` (the start is in ``params``)."""
+    (x,) = data
+    init_values, learning_rate = params
     model = partial(ppca.model, collapsed=True, sigma=None)
-    guide = AutoDelta(model, init_loc_fn=init_to_value(values=start))
+    guide = AutoDelta(model, init_loc_fn=init_to_value(values=init_values))
     schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=_FINAL_FRACTION)
-    svi = SVI(model, guide, optax.adam(schedule), Trace_ELBO())
-    num_components = start["W"].shape[0]
-    state = svi.init(rng_key, x, num_components=num_components)
+    return SVIProblem(SVI(model, guide, optax.adam(schedule), Trace_ELBO()), (x,),
+                      {"num_components": init_values["W"].shape[0]})
 
-    def step(state, i):
-        state, loss = svi.update(state, x, num_components=num_components)
-        tick(i, progress_every)
-        return state, loss
 
-    state, losses = jax.lax.scan(step, state, jnp.arange(num_steps))
-    return guide.median(svi.get_params(state)), losses
+def _svi_sites(problem, state, data, params):
+    """W, mu and sigma (constrained) of a final SVI state."""
+    return problem.svi.guide.median(problem.svi.get_params(state))
 
 
 def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
@@ -174,10 +174,12 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     check_positive(tol, "tol")
     key_init, key_run = jax.random.split(rng_key)
     start = _start(key_init, x, num_components)
-    with progress(num_steps, "PPCA SVI", progress_bar) as every:
-        sites, losses = jax.block_until_ready(_svi_run(
-            key_run, x, start, jnp.asarray(learning_rate, x.dtype), num_steps=num_steps,
-            progress_every=every))
+    fit = SVIFit(_svi_make, "fit_ppca_svi", (("num_steps", num_steps),))
+    params = (start, jnp.asarray(learning_rate, x.dtype))
+    fitted = fit.run(key_run[None], (x,), params, num_steps=num_steps, progress_bar=progress_bar)
+    sites = jax.tree.map(lambda leaf: leaf[0], jax.block_until_ready(
+        fit.read(fitted.state, (x,), params, _svi_sites)))
+    losses = fitted.trace.objective[0]
     losses = losses / x.shape[0]
     tenth = max(1, num_steps // 10)
     before, last = (float(jnp.mean(losses[-2 * tenth:-tenth])), float(jnp.mean(losses[-tenth:])))
