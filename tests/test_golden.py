@@ -12,7 +12,8 @@ recorded in ``tests/data/golden/<case>.npz``:
   field renamed on purpose goes into :data:`RENAMED`, old name -> new name);
 * shapes must be equal, and the kind of dtype (bool, integer, float, complex);
 * integer and bool arrays must be equal exactly, float arrays to
-  ``rtol=1e-5, atol=1e-6`` (the rounding of reordered float32 sums; the two cases whose
+  ``rtol=1e-5, atol=1e-6`` (the rounding of reordered float32 sums; one case, named with
+  its reason in :data:`CASE_ATOL`, to a looser atol; the two cases whose
   rounding follows Python's string hashing run under a fixed hash seed, see
   :data:`HASH_SEED_CASES`);
 * the project warnings (:class:`ppl_models.diagnostics.ZooWarning` subclasses) the call
@@ -147,6 +148,14 @@ ADDED: dict[str, tuple[str, ...]] = {
 CUT_PREFIX = "trace."
 
 RTOL, ATOL = 1e-5, 1e-6
+
+#: Cases compared with a looser absolute tolerance, and why. The mean-field MCVQ SVI:
+#: compiled inside the engine's loop, XLA fuses its step differently from the plain loop
+#: that recorded it, so float32 rounding differs from the first step, and Adam, stepping
+#: along gradients that are partly rounding noise, carries it to 4.3e-5 (absolute) on an
+#: entry of ``m`` near 0.016 after 40 steps (1.5e-5 relative on ``mu``); the same step in
+#: a plain loop reproduces the recording bit for bit. The recording is kept.
+CASE_ATOL: dict[str, float] = {"fit_mcvq_meanfield_svi": 1e-4}
 
 #: Cases run in a child process with a fixed ``PYTHONHASHSEED``: funsor, which NumPyro's
 #: ``TraceEnum_ELBO`` runs on, orders its sums by iterating over sets of variable names,
@@ -759,7 +768,8 @@ def compare(name: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray]):
         assert _kind(actual.dtype) == _kind(expected.dtype), (
             f"{message}: dtype {actual.dtype} != recorded {expected.dtype}")
         if expected.dtype.kind in "fc":
-            np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL, err_msg=message)
+            np.testing.assert_allclose(actual, expected, rtol=RTOL,
+                                       atol=CASE_ATOL.get(name, ATOL), err_msg=message)
         else:
             np.testing.assert_array_equal(actual, expected, err_msg=message)
 

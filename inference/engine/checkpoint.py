@@ -427,28 +427,6 @@ def svi_start(svi_state, num_steps: int, dtype):
     return svi_state, jax.numpy.zeros(num_steps, dtype), jax.numpy.zeros((), jax.numpy.int32)
 
 
-def svi_advance(update: Callable, carry, stop_at, progress_every: int = 0):
-    """SVI steps from ``carry`` (:func:`svi_start`) until step min(``stop_at``, num_steps).
-
-    The shared chunked SVI loop of the SVI wrappers (``fit_gvq_svi``,
-    ``fit_mixture_svi``, ``fit_mcvq_svi``, ``fit_mcvq_meanfield_svi``): a
-    ``lax.while_loop`` over ``update(svi_state) -> (svi_state, loss)`` (e.g.
-    ``lambda state: svi.update(state, *args)``), the loss of step i written at i.
-    Pure and jittable; ``progress_every`` ticks a bar (``inference.engine.progress.tick``).
-    """
-    from inference.engine.progress import tick
-
-    bound = jax.numpy.minimum(stop_at, carry[1].shape[0])
-
-    def body(carry):
-        state, losses, i = carry
-        state, loss = update(state)
-        tick(i, progress_every)
-        return state, losses.at[i].set(loss), i + 1
-
-    return jax.lax.while_loop(lambda carry: carry[2] < bound, body, carry)
-
-
 def svi_ready(svi, svi_state, *args, **kwargs):
     """``svi`` after ``svi.init`` (traced only: it sets the parameters' constraint maps and
     an autoguide's prototype, which ``update`` and ``get_params`` need), for a chunk that

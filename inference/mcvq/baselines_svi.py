@@ -38,11 +38,9 @@ dimension; ``inference.mcvq.scoring.MAX_ENUMERATED_TERMS`` bounds J^K K and
 larger problems raise ValueError. The fits are scored by :mod:`inference.mcvq.scoring`.
 
 Both run exactly ``num_steps`` Adam steps (no convergence test stops them), from one
-description of the SVI (:class:`inference.engine.svi.SVIFit`). :func:`fit_mcvq_svi` runs
-through the engine (:func:`inference.engine.run`), an
-:class:`~inference.engine.Algorithm` whose step is ``svi.update``;
-:func:`fit_mcvq_meanfield_svi` keeps its own chunked loop with the same checkpoints (see
-the note above :func:`_loop_start` for why).
+description of the SVI (:class:`inference.engine.svi.SVIFit`), through the engine
+(:func:`inference.engine.run`): an :class:`~inference.engine.Algorithm` whose step is
+``svi.update``.
 
 References
 ----------
@@ -54,7 +52,6 @@ Obermeyer et al., "Tensor Variable Elimination for Plated Factor Graphs", ICML 2
 from __future__ import annotations
 
 import warnings
-from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -67,10 +64,9 @@ from numpyro.contrib.funsor import config_enumerate
 from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceEnum_ELBO
 
-from inference.engine.checkpoint import checkpointing, run_chunks, svi_advance, svi_start
+from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
-from inference.engine.progress import progress
-from inference.engine.svi import SVIFit, SVIProblem, svi_init, svi_ready_problem
+from inference.engine.svi import SVIFit, SVIProblem
 from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
 from inference.mcvq.scoring import check_enumerable, check_scored_inputs
@@ -184,45 +180,6 @@ def _parameters_and_loss(problem, state, data, params):
     return problem.svi.get_params(state), problem.svi.evaluate(state, *problem.args)
 
 
-# The mean-field SVI keeps its own chunked loop (:func:`inference.engine.checkpoint.svi_advance`,
-# the same SVI from :func:`_make`): run through the engine's loop, XLA fuses its update
-# differently from the first step on, and the float32 rounding that follows, amplified by
-# Adam along gradients that are partly rounding noise, moves its results after 40 steps
-# by up to 4e-5 (absolute; 2.6e-3 relative on an entry of m near 0.016) from the recorded
-# ones. The step itself is exact: in this loop, with or without the engine's masking of
-# finished starts, it reproduces the recording bit for bit.
-
-@partial(jax.jit, static_argnames=("fit",))
-def _loop_start(fit, rng_key, data, params):
-    """The carry before the first step (:func:`inference.engine.checkpoint.svi_start`)."""
-    options = dict(fit.options)
-    state = svi_init(fit.make, rng_key, data, params, **options)
-    return svi_start(state, options["num_steps"], data[0].dtype)
-
-
-@partial(jax.jit, static_argnames=("fit", "progress_every"))
-def _loop_advance(fit, carry, data, params, stop_at, *, progress_every=0):
-    """SVI steps until step ``stop_at`` (traced; chunks for checkpoints)."""
-    problem = svi_ready_problem(fit.make, carry[0], data, params, **dict(fit.options))
-    return svi_advance(lambda state: problem.svi.update(state, *problem.args), carry, stop_at,
-                       progress_every)
-
-
-def _run_loop(fit, rng_key, data, params, *, progress_bar, checkpoint):
-    """All steps through :func:`inference.engine.checkpoint.run_chunks` (one chunk without
-    ``checkpoint``); returns (final SVI state stacked as one start, losses) (totals)."""
-    chunks = (dict(kind=fit.name, options={}) if checkpoint is None
-              else checkpoint.chunk_arguments(fit.name))
-    total = dict(fit.options)["num_steps"]
-    with progress(total, fit.name, progress_bar) as every:
-        carry = run_chunks(
-            lambda carry, stop_at: _loop_advance(fit, carry, data, params, stop_at,
-                                                 progress_every=every),
-            lambda: _loop_start(fit, rng_key, data, params),
-            total=total, finished=lambda carry: False, **chunks)
-    return jax.tree.map(lambda leaf: leaf[None], carry[0]), carry[1]
-
-
 def enumerated_loss(x, mu, sigma, *, g=None, m=None, mask=None, a=None, b=None,
                     variance_floor: float = 1e-3):
     """NumPyro's ``TraceEnum_ELBO`` loss (a total, not per example) of a baseline at fixed values.
@@ -323,13 +280,9 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, var
              learning_rate=learning_rate, variance_floor=variance_floor, rng_key=rng_key),
         data=data, start=(*init, a, b, lower))
     fit = SVIFit(_make, caller, (("meanfield", meanfield), ("num_steps", num_steps)))
-    if meanfield:
-        states, losses = _run_loop(fit, key, data, params, progress_bar=progress_bar,
-                                   checkpoint=checkpoint)
-    else:
-        fitted = fit.run(key[None], data, params, num_steps=num_steps,
-                         progress_bar=progress_bar, checkpoint=checkpoint)
-        states, losses = fitted.state, fitted.trace.objective[0]
+    fitted = fit.run(key[None], data, params, num_steps=num_steps, progress_bar=progress_bar,
+                     checkpoint=checkpoint)
+    states, losses = fitted.state, fitted.trace.objective[0]
     values, final = jax.tree.map(lambda leaf: leaf[0], fit.read(states, data, params,
                                                                 _parameters_and_loss))
     losses = losses / num
@@ -364,7 +317,7 @@ _FIT_PARAMETERS = """
         The start is ``inference.mcvq.em.init`` with this key (as ``fit_mcvq``).
     num_steps : int
         Adam steps, all of them run (``fit_mcvq_svi`` through the engine,
-        :func:`inference.engine.run`; ``fit_mcvq_meanfield_svi`` in its own chunked loop).
+        :func:`inference.engine.run`).
     learning_rate : float
         Adam's initial step size, decayed by a cosine to 1% of it.
     variance_floor : float

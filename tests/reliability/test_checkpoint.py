@@ -419,7 +419,7 @@ def test_vb_mcvq_interrupted_in_each_phase_then_resumed(tmp_path, monkeypatch):
 
 def _svi_case(which):
     """(module of the fit's chunk function, ``run(**options)``) of a small SVI fit of each
-    wrapper (GVQ's, the mixture's and MCVQ's enumerated SVI run through the engine's loop)."""
+    wrapper (all run through the engine's loop)."""
     from inference.gvq import baselines as numpyro_baselines
     from inference.mcvq import baselines as mcvq_baselines
     from inference.mcvq import baselines_svi as mcvq_baselines_svi
@@ -437,8 +437,8 @@ def _svi_case(which):
             x, 2, rng_key=jax.random.key(1), covariance="diag", num_steps=num_steps, **kw)
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=20, dim=4, num_vqs=2,
                                        num_states=2).x)
-    if which == "mcvq_meanfield":  # its own chunked loop (inference.mcvq.baselines_svi)
-        return mcvq_baselines_svi, lambda num_steps=30, **kw: (
+    if which == "mcvq_meanfield":
+        return engine_loop, lambda num_steps=30, **kw: (
             mcvq_baselines_svi.fit_mcvq_meanfield_svi(x, 2, 2, rng_key=jax.random.key(1),
                                                       num_steps=num_steps, **kw))
     return engine_loop, lambda num_steps=30, **kw: mcvq_baselines.fit_mcvq_svi(
@@ -455,11 +455,11 @@ def _svi_case(which):
     pytest.param("mcvq_meanfield", marks=pytest.mark.slow),
 ])
 def test_svi_chunks_and_resume_are_bit_identical(which, tmp_path, monkeypatch):
-    """The shared chunked SVI loop (inference.engine.checkpoint.svi_advance): the SVI state
+    """The SVI fits' chunks through the engine's loop (inference.engine.run): the SVI state
     carries its key and the optimiser's step count, so chunks and a resumed run
     take exactly the uninterrupted run's steps."""
     module, run = _svi_case(which)
-    name = "_advance_jit" if module is engine_loop else "_svi_advance"
+    name = "_advance_jit"
     reference = run()
     assert_identical(reference, run(checkpoint_path=tmp_path / "every", checkpoint_every=7))
     path = tmp_path / "svi.npz"
