@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.infer import NUTS, init_to_value
 
-from inference.engine.progress import progress, tick
+from inference.engine.progress import advance_bar, progress, tick
 
 __all__ = ["Chains", "run_nuts"]
 
@@ -60,7 +60,7 @@ class Chains(NamedTuple):
 
 def _chain_impl(rng_key, model_args, model_kwargs, init_values, *, model, static_kwargs,
                 num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass,
-                constrained, sites, zero_sites, progress_every):
+                constrained, sites, zero_sites, progress_every, progress_chains=1):
     """One NUTS chain from ``init_values``: the per-iteration arrays of :class:`Chains`."""
     kwargs = {**model_kwargs, **dict(static_kwargs)}
     init_values = {**init_values, **{name: jnp.zeros(shape, dtype)
@@ -73,7 +73,12 @@ def _chain_impl(rng_key, model_args, model_kwargs, init_values, *, model, static
 
     def body(state, i):
         state = kernel.sample(state, model_args, kwargs)
-        tick(i, progress_every)
+        if progress_chains == 1:
+            tick(i, progress_every)
+        elif progress_every:  # under vmap the unbatched callback runs once for all chains
+            jax.lax.cond((i + 1) % progress_every == 0,
+                         lambda: jax.debug.callback(advance_bar, progress_every * progress_chains),
+                         lambda: None)
         z = constrain(state.z) if constrained else state.z
         if sites is not None:
             z = {name: z[name] for name in sites}
@@ -85,7 +90,7 @@ def _chain_impl(rng_key, model_args, model_kwargs, init_values, *, model, static
 
 _STATIC = ("model", "static_kwargs", "num_warmup", "num_samples", "target_accept_prob",
            "max_tree_depth", "dense_mass", "constrained", "sites", "zero_sites",
-           "progress_every")
+           "progress_every", "progress_chains")
 _chain = jax.jit(_chain_impl, static_argnames=_STATIC)
 
 
@@ -139,8 +144,7 @@ def run_nuts(model, rng_keys, model_args=(), model_kwargs=None, init_values=None
         start of zeros is not folded, and the first potential energy can differ in
         the last bit, after which the chains part).
     progress_bar : bool
-        A tqdm bar over all iterations of all chains (``vectorized``: over the
-        iterations of the vectorized loop), advanced from inside the chain.
+        A tqdm bar over all iterations of all chains, advanced from inside the chain.
     desc : str
         The bar's label.
 
@@ -166,9 +170,10 @@ def run_nuts(model, rng_keys, model_args=(), model_kwargs=None, init_values=None
                     zero_sites=tuple((name, tuple(shape), str(jnp.dtype(dtype)))
                                      for name, shape, dtype in zero_sites))
     if chain_method == "vectorized":
-        with progress(total, desc, progress_bar) as every:
+        with progress(total * num_chains, desc, progress_bar, loop_length=total) as every:
             out = _chains_vectorized(rng_keys, model_args, model_kwargs, init_values,
-                                     progress_every=every, **settings)
+                                     progress_every=every, progress_chains=num_chains,
+                                     **settings)
             out = jax.block_until_ready(out)
     else:
         with progress(total * num_chains, desc, progress_bar, loop_length=total) as every:
