@@ -21,10 +21,6 @@ zero during the second call; a failure lists the programs by name.
 
 Sizes are tiny: these tests are about compilation, not answers. The default run
 covers every family; the slow run adds the remaining modes, methods and baselines.
-Known exception: PSIS-LOO of MCVQ candidates (``model_selection(criteria=("loo",))``)
-builds a NumPyro ``MCMC`` per call whose jitted loop holds the data as constants;
-passing them as arguments instead changes the draws, so it still compiles per call
-(the strict xfail below records it).
 """
 
 from __future__ import annotations
@@ -283,8 +279,6 @@ def test_baseline(programs, name):
 
 
 @slow
-@pytest.mark.xfail(strict=True, reason="PSIS-LOO of MCVQ builds a NumPyro MCMC per call whose "
-                   "loop holds the data as constants; arguments instead change the draws")
 def test_model_selection_mcvq_loo(programs):
     assert_second_call_compiles_nothing(programs, lambda i: model_selection(
         patterns(i), [(1, 2)], criteria=("loo",), rng_key=key(i), num_restarts=1,

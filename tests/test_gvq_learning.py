@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import inference.engine.progress as engine_progress
 from inference import associate, fit_gvq
 from inference.app.cli import main
-from inference.gvq import baselines_mcmc as numpyro_baselines
 from inference.gvq.baselines import (
     MAX_MCMC_FEATURES,
     GVQMCMCResult,
@@ -110,12 +110,12 @@ def progress_updates(monkeypatch):
     """Record how far fit_gvq_mcmc's progress bar is advanced."""
     counts = []
 
-    class Recorder(numpyro_baselines.tqdm):
+    class Recorder(engine_progress.tqdm):
         def update(self, n=1):
             counts.append(n)
             return super().update(n)
 
-    monkeypatch.setattr(numpyro_baselines, "tqdm", Recorder)
+    monkeypatch.setattr(engine_progress, "tqdm", Recorder)
     return counts
 
 

@@ -2,7 +2,8 @@
 :func:`fit_clipped_mcmc`.
 
 NUTS samples W, xi and every pattern's y of :func:`ppl_models.clipped_gaussian.model`
-(small problems only) from one jitted chain, cached per configuration, and the draws
+(small problems only) through the engine's NUTS runner
+(:func:`inference.engine.mcmc.run_nuts`), and the draws
 are summarised by what is invariant under the rotation W -> W Q, y -> Q^T y: the
 posterior-predictive moments and the posterior mean of W W^T.
 
@@ -14,18 +15,16 @@ Hoffman, Gelman, "The No-U-Turn Sampler", JMLR 15 (2014).
 from __future__ import annotations
 
 import warnings
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import split_gelman_rubin
-from numpyro.infer import NUTS, init_to_value
 
 from inference.clipped.baselines_common import check_arguments, initial_weights, program_kwargs
 from inference.clipped.fit import model_moments
-from inference.engine.progress import progress, tick
+from inference.engine.mcmc import run_nuts
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -85,33 +84,6 @@ class ClippedMCMCResult(NamedTuple):
     converged: bool
     num_predictive_draws: int
     noise: float
-
-
-_NUTS_STATIC = ("num_hidden", "bias", "num_warmup", "num_samples", "target_accept_prob",
-                "max_tree_depth", "progress_every")
-
-
-@partial(jax.jit, static_argnames=_NUTS_STATIC)
-def _nuts_chain(rng_key, spins, noise, init_weights, *, num_hidden, bias, num_warmup,
-                num_samples, target_accept_prob, max_tree_depth, progress_every):
-    """One NUTS chain over W, xi and every y of the program; per-iteration arrays."""
-    num_examples, num_units = spins.shape
-    start = {"W": init_weights, "xi": jnp.zeros(num_units, spins.dtype),
-             "y": jnp.zeros((num_examples, num_hidden), spins.dtype)}
-    kernel = NUTS(clipped_gaussian.model, init_strategy=init_to_value(values=start),
-                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
-    kwargs = {"noise": noise, "num_hidden": num_hidden, **program_kwargs(bias)}
-    state = kernel.init(rng_key, num_warmup, None, (spins,), kwargs)
-
-    def body(state, i):
-        state = kernel.sample(state, (spins,), kwargs)
-        tick(i, progress_every)
-        xi = state.z["xi"] if bias else jnp.zeros(num_units, spins.dtype)
-        return state, (state.z["W"], xi, state.potential_energy, state.diverging,
-                       state.num_steps)
-
-    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
-    return out
 
 
 def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE,
@@ -187,16 +159,18 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
         raise ValueError(f"target_accept_prob must be in (0, 1); got {target_accept_prob!r}")
     keys = jax.random.split(rng_key, 2 * num_chains)
     starts = [initial_weights(k, init_weights, num_units, num_hidden) for k in keys[num_chains:]]
-    settings = dict(num_hidden=num_hidden, bias=bias, num_warmup=num_warmup,
-                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
-                    max_tree_depth=max_tree_depth)
-    with progress((num_warmup + num_samples) * num_chains, "clipped NUTS",
-                   progress_bar, loop_length=num_warmup + num_samples) as every:
-        chains = [_nuts_chain(keys[c], spins, jnp.asarray(noise, spins.dtype),
-                              starts[c].astype(spins.dtype), progress_every=every, **settings)
-                  for c in range(num_chains)]
-        weights, xi, potential, diverging, steps = jax.block_until_ready(
-            jax.tree.map(lambda *a: jnp.stack(a), *chains))
+    dtype = spins.dtype
+    chains = run_nuts(
+        clipped_gaussian.model, keys[:num_chains], (spins,), {"noise": jnp.asarray(noise, dtype)},
+        {"W": jnp.stack([w.astype(dtype) for w in starts])},
+        static_kwargs=(("num_hidden", num_hidden), *program_kwargs(bias).items()),
+        zero_sites=(("xi", (num_units,), dtype), ("y", (num_examples, num_hidden), dtype)),
+        num_warmup=num_warmup, num_samples=num_samples, target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth, constrained=False,
+        sites=("W", "xi") if bias else ("W",), progress_bar=progress_bar, desc="clipped NUTS")
+    potential, diverging, steps = chains.potential_energy, chains.diverging, chains.num_steps
+    weights = chains.z["W"]
+    xi = chains.z["xi"] if bias else jnp.zeros((*weights.shape[:2], num_units), dtype)
     weights, xi = np.asarray(weights[:, num_warmup:]), np.asarray(xi[:, num_warmup:])
     if not (np.all(np.isfinite(weights)) and np.all(np.isfinite(xi))):
         warnings.warn("fit_clipped_mcmc: non-finite draws of W or xi", NumericalWarning,
@@ -219,7 +193,6 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
     picks = np.unique(np.linspace(0, len(flat_w) - 1, min(num_predictive_draws, len(flat_w)))
                       .round().astype(int))
     moments = [model_moments(flat_w[i], flat_xi[i], noise) for i in picks]
-    dtype = spins.dtype
     return ClippedMCMCResult(
         means=jnp.asarray(np.mean([m[0] for m in moments], axis=0), dtype),
         second_moments=jnp.asarray(np.mean([m[1] for m in moments], axis=0), dtype),

@@ -21,8 +21,9 @@ from inference.engine.loop import (
     select,
     warn_not_converged,
 )
+from inference.engine.mcmc import Chains, run_nuts
 from inference.engine.svi import SVIFit, SVIInfo, SVIProblem
 
-__all__ = ["Algorithm", "Run", "Shard", "StatisticsAlgorithm", "cut",
-           "relative_change_converged", "run", "select", "warn_not_converged",
+__all__ = ["Algorithm", "Chains", "Run", "Shard", "StatisticsAlgorithm", "cut",
+           "relative_change_converged", "run", "run_nuts", "select", "warn_not_converged",
            "SVIFit", "SVIInfo", "SVIProblem"]

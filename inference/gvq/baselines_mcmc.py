@@ -1,26 +1,24 @@
 """NUTS on the GVQ program's F with the binary units summed out, as a baseline (see
 :mod:`inference.gvq.baselines`): :func:`fit_gvq_mcmc` and :class:`GVQMCMCResult`.
 
-The chains run NumPyro's own sampler (``lax.scan`` over ``kernel.sample``), not the
-engine's loop: a fixed number of warm-up and sampling iterations, whose per-iteration
-arrays are the samples themselves (their ``trace``), diagnosed by split R-hat.
+The chains run through the engine's NUTS runner (:func:`inference.engine.mcmc.run_nuts`):
+a fixed number of warm-up and sampling iterations, whose per-iteration arrays are the
+samples themselves (their ``trace``), diagnosed by split R-hat.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-from numpyro.infer import NUTS, init_to_value
-from tqdm.auto import tqdm
 
 from inference.association.core import associate
+from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields
 from inference.gvq.algorithm import restart_features
 from inference.gvq.result import GVQTrace
@@ -111,51 +109,6 @@ class GVQMCMCResult(NamedTuple):
     num_relabelled: int
     mean_num_steps: float
     num_gradients: int
-
-
-#: The tqdm bar that the jitted chains advance through ``jax.debug.callback``, and the
-#: chains each callback stands for (under ``vmap`` an unbatched callback runs once).
-_PROGRESS: dict = {"bar": None, "chains": 1}
-
-
-def _advance_progress(count):
-    bar = _PROGRESS["bar"]
-    if bar is not None:
-        bar.update(int(count) * _PROGRESS["chains"])
-
-
-def _nuts_chain_impl(rng_key, x, start, sigma, dynamic_kwargs, *, model, static_kwargs,
-                     num_warmup, num_samples, target_accept_prob, max_tree_depth, dense_mass,
-                     progress_every):
-    """One NUTS chain on F (units enumerated) from ``start``; returns per-iteration arrays."""
-    kwargs = {**dynamic_kwargs, **dict(static_kwargs), "sigma": sigma, "split_states": True,
-              "num_features": start.shape[0]}
-    kernel = NUTS(model, init_strategy=init_to_value(values={"F": start}),
-                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
-                  dense_mass=dense_mass)
-    state = kernel.init(rng_key, num_warmup, None, (x,), kwargs)
-
-    def body(state, i):
-        state = kernel.sample(state, (x,), kwargs)
-        if progress_every:
-            jax.lax.cond((i + 1) % progress_every == 0,
-                         lambda: jax.debug.callback(_advance_progress, progress_every),
-                         lambda: None)
-        return state, (state.z["F"], state.potential_energy, state.diverging, state.num_steps)
-
-    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
-    return out
-
-
-_NUTS_STATIC = ("model", "static_kwargs", "num_warmup", "num_samples", "target_accept_prob",
-                "max_tree_depth", "dense_mass", "progress_every")
-_nuts_chain = jax.jit(_nuts_chain_impl, static_argnames=_NUTS_STATIC)
-
-
-@partial(jax.jit, static_argnames=_NUTS_STATIC)
-def _nuts_chains_vectorized(keys, x, starts, sigma, dynamic_kwargs, **static):
-    return jax.vmap(lambda k, s: _nuts_chain_impl(k, x, s, sigma, dynamic_kwargs, **static))(
-        keys, starts)
 
 
 def relabel_samples(samples, pivot):
@@ -331,26 +284,14 @@ def fit_gvq_mcmc(
     keys = jax.random.split(key_run, num_chains)
     dynamic, static = split_model_kwargs(model_kwargs)
     total = num_warmup + num_samples
-    progress_every = max(1, total // 100) if progress_bar else 0
-    settings = dict(model=model, static_kwargs=static, num_warmup=num_warmup,
-                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
-                    max_tree_depth=max_tree_depth, dense_mass=bool(dense_mass),
-                    progress_every=progress_every)
-    sigma = jnp.asarray(noise, x.dtype)
-    bar = tqdm(total=num_chains * total, desc="GVQ NUTS", leave=False, disable=not progress_bar)
-    _PROGRESS["bar"] = bar if progress_bar else None
-    _PROGRESS["chains"] = num_chains if chain_method == "vectorized" else 1
-    try:
-        if chain_method == "vectorized":
-            out = _nuts_chains_vectorized(keys, x, starts, sigma, dynamic, **settings)
-        else:
-            chains = [_nuts_chain(keys[c], x, starts[c], sigma, dynamic, **settings)
-                      for c in range(num_chains)]
-            out = jax.tree.map(lambda *a: jnp.stack(a), *chains)
-        draws, potential, diverging, num_steps = jax.block_until_ready(out)
-    finally:
-        _PROGRESS["bar"], _PROGRESS["chains"] = None, 1
-        bar.close()
+    chains = run_nuts(
+        model, keys, (x,), {**dynamic, "sigma": jnp.asarray(noise, x.dtype)}, {"F": starts},
+        static_kwargs=(*static, ("split_states", True), ("num_features", int(starts.shape[1]))),
+        num_warmup=num_warmup, num_samples=num_samples, chain_method=chain_method,
+        target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
+        dense_mass=dense_mass, constrained=False, progress_bar=progress_bar, desc="GVQ NUTS")
+    draws, potential, diverging, num_steps = (chains.z["F"], chains.potential_energy,
+                                              chains.diverging, chains.num_steps)
     log_joint = -np.asarray(potential[:, num_warmup:])
     if not np.all(np.isfinite(log_joint)):
         warnings.warn("fit_gvq_mcmc: non-finite log density among the samples; they are "

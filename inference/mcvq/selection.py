@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate
-from numpyro.infer import MCMC, NUTS, init_to_value
 
+from inference.engine.mcmc import run_nuts
 from inference.mcvq import core, scoring
 from inference.mcvq.em import fit_mcvq
 from inference.mcvq.vb import fit_vb_mcvq
@@ -151,6 +151,11 @@ def _loo_model(x, mask, r, pi, prior):
     return conditioned(x, mask=mask, b=pi, bayesian=True, enumerable=True, prior=prior)
 
 
+#: The program of :func:`loo_inference_data`, every s_k marked for parallel enumeration
+#: (one object, the static program of the engine's compiled NUTS chain).
+_LOO_MODEL = config_enumerate(_loo_model)
+
+
 @functools.partial(jax.jit, static_argnames="batch_size")
 def _pointwise(x, mask, mus, sigmas, a, b, batch_size):
     """exact_log_likelihood of every draw, (S, N)."""
@@ -169,6 +174,10 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     *Approximation*: r and b are plugged in from the full-data fit rather than
     integrated, so every left-out example helped choose them.
 
+    The chain is the engine's compiled NUTS chain (:func:`inference.engine.mcmc.run_nuts`),
+    the data, r, pi and the priors its traced arguments, so a second call with the
+    same shapes compiles nothing.
+
     Returns
     -------
     (arviz.InferenceData, number of divergent transitions)
@@ -184,12 +193,11 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     pi = state_usage(fit)
     prior = program.prior_from_data(x, mask)
     start = {"mu": fit.mu, "tau": 1.0 / jnp.square(fit.sigma)}
-    kernel = NUTS(config_enumerate(_loo_model), init_strategy=init_to_value(values=start))
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=1,
-                progress_bar=progress_bar)
-    mcmc.run(rng_key, x, mask, r, pi, prior, extra_fields=("diverging",))
-    draws = mcmc.get_samples()
-    divergent = int(np.sum(np.asarray(mcmc.get_extra_fields()["diverging"])))
+    chains = run_nuts(_LOO_MODEL, rng_key[None], (x, mask, r, pi, prior), None,
+                      jax.tree.map(lambda v: v[None], start), num_warmup=num_warmup,
+                      num_samples=num_samples, progress_bar=progress_bar, desc="MCVQ NUTS")
+    draws = {name: v[0, num_warmup:] for name, v in chains.z.items()}
+    divergent = int(np.sum(np.asarray(chains.diverging[0, num_warmup:])))
     a = jax.nn.one_hot(r_dims, num_vqs, dtype=fit.mu.dtype)
     terms = num_states ** num_vqs * num_vqs
     batch = max(1, min(num, (1 << 22) // max(dim * terms, 1)))

@@ -13,9 +13,8 @@ import numpy as np
 from numpyro import handlers
 from numpyro.contrib.funsor import enum
 from numpyro.diagnostics import split_gelman_rubin
-from numpyro.infer import NUTS, init_to_value
 
-from inference.engine.progress import progress, tick
+from inference.engine.mcmc import run_nuts
 from inference.mixture.baselines_common import (
     DRAW_BATCH,
     MAX_MCMC_COMPONENTS,
@@ -145,30 +144,6 @@ class MixtureMCMCResult(NamedTuple):
             observed_data=observed, dims={"x": ["example"]})
 
 
-_NUTS_STATIC = ("covariance", "num_components", "num_warmup", "num_samples",
-                "target_accept_prob", "max_tree_depth", "progress_every")
-
-
-@partial(jax.jit, static_argnames=_NUTS_STATIC)
-def _nuts_chain(rng_key, x, init_values, prior_scale, *, covariance, num_components,
-                num_warmup, num_samples, target_accept_prob, max_tree_depth, progress_every):
-    """One NUTS chain on alpha, m, sd (, corr), y enumerated; per-iteration arrays."""
-    kwargs = model_kwargs(covariance, num_components, prior_scale)
-    kernel = NUTS(mixture.model, init_strategy=init_to_value(values=init_values),
-                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
-    state = kernel.init(rng_key, num_warmup, None, (x,), kwargs)
-    constrain = kernel.postprocess_fn((x,), kwargs)  # state.z is unconstrained
-
-    def body(state, i):
-        state = kernel.sample(state, (x,), kwargs)
-        tick(i, progress_every)
-        return state, (constrain(state.z), state.potential_energy, state.diverging,
-                       state.num_steps)
-
-    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
-    return out
-
-
 def align_draws(samples, pivot_means):
     """Undo label switching: permute every draw's components to match ``pivot_means``.
 
@@ -294,16 +269,14 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
         starts.append(site_values(*initial_parameters(
             key, x, k, covariance, init_means, init_weights, init_covariances), covariance))
     keys = jax.random.split(key_run, num_chains)
-    settings = dict(covariance=covariance, num_components=k, num_warmup=num_warmup,
-                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
-                    max_tree_depth=max_tree_depth)
-    prior = jnp.asarray(prior_scale, x.dtype)
-    with progress((num_warmup + num_samples) * num_chains, "mixture NUTS",
-                   progress_bar) as every:
-        chains = [_nuts_chain(keys[c], x, starts[c], prior, progress_every=every, **settings)
-                  for c in range(num_chains)]
-        draws, potential, diverging, steps = jax.block_until_ready(
-            jax.tree.map(lambda *a: jnp.stack(a), *chains))
+    kwargs = model_kwargs(covariance, k, jnp.asarray(prior_scale, x.dtype))
+    static = {name: v for name, v in kwargs.items() if name != "prior_scale"}
+    chains = run_nuts(
+        mixture.model, keys, (x,), {"prior_scale": kwargs["prior_scale"]},
+        jax.tree.map(lambda *v: jnp.stack(v), *starts), static_kwargs=static,
+        num_warmup=num_warmup, num_samples=num_samples, target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth, progress_bar=progress_bar, desc="mixture NUTS")
+    draws, potential, diverging, steps = chains
     kept = {name: np.asarray(v[:, num_warmup:]) for name, v in draws.items()}
     pointwise = np.asarray(pointwise_log_likelihood(x, kept, covariance=covariance))
     if not (all(np.all(np.isfinite(v)) for v in kept.values()) and np.all(np.isfinite(pointwise))):

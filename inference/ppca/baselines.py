@@ -34,9 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from numpyro.diagnostics import split_gelman_rubin
-from numpyro.infer import NUTS, SVI, Trace_ELBO, init_to_value
+from numpyro.infer import SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
+from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.progress import progress, tick
 from inference.engine.svi import SVIFit, SVIProblem
@@ -231,34 +232,8 @@ class PPCAMCMCResult(NamedTuple):
     converged: bool
 
 
-_NUTS_STATIC = ("num_components", "num_warmup", "num_samples", "target_accept_prob",
-                "max_tree_depth", "progress_every")
-
-
-@partial(jax.jit, static_argnames=_NUTS_STATIC)
-def _nuts_chain(rng_key, x, start, *, num_components, num_warmup, num_samples,
-                target_accept_prob, max_tree_depth, progress_every):
-    """One NUTS chain on W, mu, sigma of the collapsed program; per-iteration arrays
-    (the sites, constrained, the divergences and the leapfrog steps), warm-up included.
-
-    One compiled program per configuration and shape: the data and the start are
-    arguments, so a new call with the same shapes reuses it (a fresh ``MCMC`` per call
-    would trace its loop again).
-    """
-    model = partial(ppca.model, collapsed=True, sigma=None)
-    kwargs = {"num_components": num_components}
-    kernel = NUTS(model, init_strategy=init_to_value(values=start),
-                  target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
-    state = kernel.init(rng_key, num_warmup, None, (x,), kwargs)
-    constrain = kernel.postprocess_fn((x,), kwargs)  # state.z is unconstrained
-
-    def body(state, i):
-        state = kernel.sample(state, (x,), kwargs)
-        tick(i, progress_every)
-        return state, (constrain(state.z), state.diverging, state.num_steps)
-
-    _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
-    return out
+#: The collapsed program (z integrated out, sigma sampled) that fit_ppca_mcmc samples.
+_COLLAPSED = partial(ppca.model, collapsed=True, sigma=None)
 
 
 def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
@@ -311,15 +286,12 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
     start = _start(key_init, x, num_components)
     # The chains' keys as numpyro's MCMC splits them (one chain: the key itself).
     keys = jax.random.split(key_run, num_chains) if num_chains > 1 else key_run[None]
-    settings = dict(num_components=num_components, num_warmup=num_warmup,
-                    num_samples=num_samples, target_accept_prob=float(target_accept_prob),
-                    max_tree_depth=max_tree_depth)
-    with progress((num_warmup + num_samples) * num_chains, "PPCA NUTS", progress_bar,
-                  loop_length=num_warmup + num_samples) as every:
-        chains = [_nuts_chain(keys[c], x, start, progress_every=every, **settings)
-                  for c in range(num_chains)]
-        sites, diverging, steps = jax.block_until_ready(
-            jax.tree.map(lambda *a: jnp.stack(a), *chains))
+    chains = run_nuts(
+        _COLLAPSED, keys, (x,), None, jax.tree.map(lambda v: jnp.stack([v] * num_chains), start),
+        static_kwargs={"num_components": num_components}, num_warmup=num_warmup,
+        num_samples=num_samples, target_accept_prob=target_accept_prob,
+        max_tree_depth=max_tree_depth, progress_bar=progress_bar, desc="PPCA NUTS")
+    sites, diverging, steps = chains.z, chains.diverging, chains.num_steps
     draws = {name: value[:, num_warmup:] for name, value in sites.items()}
     weights = np.asarray(draws["W"], np.float64)
     gram = np.einsum("csqa,csqb->csab", weights, weights)
