@@ -39,7 +39,6 @@ from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
-from inference.engine.progress import progress, tick
 from inference.engine.svi import SVIFit, SVIProblem
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
