@@ -256,7 +256,9 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
                            batch_size=restart_batch)
 
     def write(trace, count, value, done):
-        return jnp.where(done, trace, trace.at[count].set(value))
+        # In place (a dynamic update of one row), not a select over the whole trace: a
+        # start that is done writes its row's old value back.
+        return trace.at[count].set(jnp.where(done, trace[count], value))
 
     def cond(carry):
         return (carry[6] < bound) & ~jnp.all(carry[4])
@@ -418,11 +420,17 @@ def cut(trace, num_iterations):
 def select(result: Run, index):
     """Start ``index`` of ``result``: ``(state, trace cut at its num_iterations,
     num_iterations, converged)``."""
-    index = int(index)
-    state = jax.tree.map(lambda leaf: leaf[index], result.state)
-    count = int(result.num_iterations[index])
-    trace = cut(jax.tree.map(lambda leaf: leaf[index], result.trace), count)
-    return state, trace, count, bool(result.converged[index])
+    state, trace, count, converged = _pick(
+        (result.state, result.trace, result.num_iterations, result.converged), int(index))
+    count, converged = jax.device_get((count, converged))
+    return state, cut(trace, count), int(count), bool(converged)
+
+
+@jax.jit
+def _pick(tree, index):
+    """Entry ``index`` of every leaf, in one compiled call (a small fit otherwise spends
+    much of its time dispatching one indexing operation per leaf)."""
+    return jax.tree.map(lambda leaf: leaf[index], tree)
 
 
 def warn_not_converged(name: str, converged: bool, max_iterations: int, what: str = "",
