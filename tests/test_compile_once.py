@@ -223,6 +223,12 @@ SLOW_CASES = {
         rng_key=key(i), num_restarts=1, num_folds=2, num_warmup=5, num_samples=5),
 }
 
+#: The costliest cases (each compiles a whole fit, for its first call) run in the slow run:
+#: the default run keeps at least one case per family.
+for _name in ("fit_mcvq", "fit_mcvq_stream", "fit_vb_mcvq", "fit_vb_mixture", "fit_online",
+              "fit_mixture_stream", "select_num_components[J]"):
+    SLOW_CASES[_name] = CASES.pop(_name)
+
 
 @pytest.mark.parametrize("name", [*CASES, *(pytest.param(n, marks=slow) for n in SLOW_CASES)])
 def test_fit(programs, name):
@@ -260,6 +266,9 @@ SLOW_BASELINES = {
     "fit_mcvq_meanfield_svi": lambda i: mcvq_baselines.fit_mcvq_meanfield_svi(
         patterns(i), 2, 2, rng_key=key(i), num_steps=5),
 }
+
+for _name in ("fit_gvq_svi", "fit_gvq_mcmc"):
+    SLOW_BASELINES[_name] = BASELINES.pop(_name)
 
 
 #: Known to compile again on a second call (a defect to mend, kept visible: strict xfail).

@@ -102,6 +102,7 @@ def test_fixed_noise_objective_is_the_programs_log_density(data):
                                rtol=1e-6)
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_restarts_trace_convergence_and_save_load(data, tmp_path):
     x = np.asarray(data.x)
     result = fit_ppca(x, NUM_COMPONENTS, noise="ml", rng_key=jax.random.key(6),
@@ -138,6 +139,7 @@ def test_restarts_trace_convergence_and_save_load(data, tmp_path):
     np.testing.assert_array_equal(again.trace.objective, result.trace.objective)
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_checkpoint_resume_and_one_device_mesh_give_the_same_fit(data, tmp_path):
     x = np.asarray(data.x)
     settings = dict(noise="ml", rng_key=jax.random.key(7), max_iterations=1000, tol=1e-6)
@@ -171,6 +173,7 @@ def test_a_stream_of_batches_gives_the_in_memory_fit(data):
                                float(limit.trace.objective[-1]), rtol=1e-5)
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_a_second_fit_of_the_same_shapes_compiles_nothing():
     compiles = []
 
