@@ -159,7 +159,7 @@ def mcvq_fit():
 slow = pytest.mark.slow
 
 # --- association --------------------------------------------------------------------------
-ASSOCIATE = [m if m in ("exact", "gibbs") else pytest.param(m, marks=slow)
+ASSOCIATE = [m if m == "exact" else pytest.param(m, marks=slow)
              for m in sorted(METHODS)]
 
 
@@ -224,9 +224,11 @@ SLOW_CASES = {
 }
 
 #: The costliest cases (each compiles a whole fit, for its first call) run in the slow run:
-#: the default run keeps at least one case per family.
+#: the default run keeps the cheap ones (GVQ, clipped, PPCA, association, baselines).
 for _name in ("fit_mcvq", "fit_mcvq_stream", "fit_vb_mcvq", "fit_vb_mixture", "fit_online",
-              "fit_mixture_stream", "select_num_components[J]"):
+              "fit_mixture_stream", "select_num_components[J]", "fit_mixture[nearest]",
+              "fit_mixture[mml pruning]", "infer_states", "reconstruct", "fit_clipped_gaussian",
+              "fit_online_stream", "fit_gvq_stream"):
     SLOW_CASES[_name] = CASES.pop(_name)
 
 

@@ -38,7 +38,8 @@ def sample(x, key, num_chains=2, chain_method="sequential"):
                     num_samples=NUM_SAMPLES, chain_method=chain_method)
 
 
-@pytest.mark.parametrize("chain_method", ["sequential", "vectorized"])
+@pytest.mark.parametrize("chain_method", [
+    "sequential", pytest.param("vectorized", marks=pytest.mark.slow)])
 def test_the_draws_match_the_conjugate_posterior(chain_method):
     x = data(0)
     chains = sample(x, jax.random.key(1), chain_method=chain_method)

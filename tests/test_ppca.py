@@ -81,6 +81,7 @@ def test_ml_matches_tipping_bishop_closed_form(data, spectrum):
     assert np.all(np.diff(np.asarray(result.trace.objective)) <= 1e-9)
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_fixed_noise_objective_is_the_programs_log_density(data):
     """The EM's objective is -log p(x | W, mu, sigma) / N of the collapsed program, read
     by NumPyro: at a random W (the first iteration's) and at the fitted W."""
@@ -160,6 +161,7 @@ def test_checkpoint_resume_and_one_device_mesh_give_the_same_fit(data, tmp_path)
     assert angle(limit_sharded.weights, limit.weights) < 1e-4
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_a_stream_of_batches_gives_the_in_memory_fit(data):
     """One pass for the mean, then one pass per EM iteration (the engine's run_passes):
     the same fit up to the order of float additions."""
@@ -194,6 +196,7 @@ def test_a_second_fit_of_the_same_shapes_compiles_nothing():
     assert compiles == []
 
 
+@pytest.mark.slow  # several compiled fits: the slow run
 def test_svi_lands_on_the_em_answer(data):
     """AutoDelta SVI maximises likelihood plus priors: with 400 examples the priors move
     the answer little (angle < 0.01 rad, sigma within 1%)."""
