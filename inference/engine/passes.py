@@ -107,6 +107,16 @@ def _update(algorithm, states, stats, params, previous, done, tol):
     return _each(algorithm, one, states, stats, previous, done)
 
 
+def _batches_for(source, batch_size, max_iterations, why):
+    """The batches of ``source``; a ValueError (saying ``why``) when it is a one-shot
+    iterator and more than one pass will read it."""
+    data = batches(source, batch_size)
+    if not data.reusable and max_iterations > 1:
+        raise ValueError(f"source is a one-shot iterator, but {why}; pass an array, "
+                         "np.memmap, list of arrays or a callable that returns a fresh iterator")
+    return data
+
+
 def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, keys,
                max_iterations: int, tol=0.0, batch_size=None, dtype=None,
                progress_bar: bool = False, block=None) -> Run:
@@ -148,11 +158,8 @@ def run_passes(algorithm: StatisticsAlgorithm, states, source, params=(), *, key
     if not isinstance(algorithm, StatisticsAlgorithm):
         raise TypeError("run_passes needs a StatisticsAlgorithm (statistics + update); got "
                         f"{type(algorithm).__name__}")
-    data = batches(source, batch_size)
-    if not data.reusable and max_iterations > 1:
-        raise ValueError("source is a one-shot iterator, but an EM fit reads the data once per "
-                         "iteration; pass an array, np.memmap, list of arrays or a callable "
-                         "that returns a fresh iterator")
+    data = _batches_for(source, batch_size, max_iterations,
+                        "an EM fit reads the data once per iteration")
     if dtype is None:
         dtype = jax.tree.leaves(states)[0].dtype
     batch_rows = data.batch_size or next(iter(data)).shape[0]
@@ -325,11 +332,8 @@ def run_online_passes(algorithm: OnlineAlgorithm, state, source, params=(), *,
     if not isinstance(algorithm, OnlineAlgorithm):
         raise TypeError("run_online_passes needs an OnlineAlgorithm; got "
                         f"{type(algorithm).__name__}")
-    data = batches(source, batch_size)
-    if not data.reusable and max_iterations > 1:
-        raise ValueError("source is a one-shot iterator, but max_iterations > 1 passes read "
-                         "it again; pass an array, np.memmap, list of arrays or a callable "
-                         "that returns a fresh iterator")
+    data = _batches_for(source, batch_size, max_iterations,
+                        "max_iterations > 1 passes read it again")
     if dtype is None:
         dtype = jax.tree.leaves(state)[0].dtype
     tol = float(tol)
