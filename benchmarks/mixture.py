@@ -150,7 +150,8 @@ from inference.mixture.features import project  # noqa: E402
 
 def run_em(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *, mode,
            covariance, max_iterations, prune):
-    """fit_mixture's EM loop through the engine and its criteria, without the checks."""
+    """fit_mixture's EM loop through the engine and its criteria, without the checks:
+    (final state, iterations run, the criteria of the final state)."""
     num, dim = x.shape
     block, rows = mixture_algorithm.layout(num, dim, covariance)
     data, shift = mixture_algorithm.prepare(x, covariance=covariance, block=block, rows=rows)
@@ -164,9 +165,10 @@ def run_em(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *
                         max_iterations=max_iterations, tol=tol)
     final = jax.tree.map(lambda leaf: leaf[0], fitted.state)
     final = EMState(final.weights, final.means, final.covariances, final.active)
-    return final, mixture_algorithm.finish(x, data[1], data[2], shift, final,
-                                           covariance=covariance, block=block,
-                                           map_is_nearest=mode == "nearest")
+    finished = mixture_algorithm.finish(x, data[1], data[2], shift, final,
+                                        covariance=covariance, block=block,
+                                        map_is_nearest=mode == "nearest")
+    return final, fitted.num_iterations[0], finished
 from inference.mixture.sweep import EMState  # noqa: E402
 from ppl_models import mixture  # noqa: E402
 
