@@ -242,14 +242,14 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
         return new_state, info, converged
 
     def all_starts(keys, counts, states, previous, done):
-        if not getattr(algorithm, "vectorized", True):
-            return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done))
         if restart_batch is None and keys.shape[0] == 1:
             # One start runs unbatched: XLA compiles a vmap of one differently, and the
             # float rounding of a single fit stays that of its step alone (a step's
             # lax.cond stays a branch instead of both sides computed).
             out = one(*jax.tree.map(lambda a: a[0], (keys, counts, states, previous, done)))
             return jax.tree.map(lambda a: a[None], out)
+        if not getattr(algorithm, "vectorized", True):
+            return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done))
         if restart_batch is None:
             return jax.vmap(one)(keys, counts, states, previous, done)
         return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done),
@@ -279,6 +279,17 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
 @partial(jax.jit, static_argnames=("algorithm", "max_iterations"))
 def _start_jit(algorithm, states, keys, data, params, *, max_iterations):
     return start(algorithm, states, keys, data, params, max_iterations)
+
+
+@partial(jax.jit, static_argnames=("algorithm", "max_iterations", "progress_every",
+                                   "restart_batch"))
+def _run_jit(algorithm, states, keys, data, params, tol, *, max_iterations, progress_every,
+             restart_batch):
+    """:func:`start` and :func:`advance` to ``max_iterations`` in one compiled call (the
+    fit without checkpoints: one program and one dispatch instead of two)."""
+    carry = start(algorithm, states, keys, data, params, max_iterations)
+    return advance(algorithm, carry, data, params, tol, max_iterations,
+                   progress_every=progress_every, restart_batch=restart_batch)
 
 
 @partial(jax.jit, static_argnames=("algorithm", "progress_every", "restart_batch"))
@@ -393,7 +404,9 @@ def run(algorithm, states, data, params=(), *, keys, max_iterations: int, tol=0.
                               max_iterations=max_iterations)
 
         if checkpoint is None:
-            carry = advance_fn(start_fn(), total)
+            carry = _run_jit(algorithm, states, keys, data, params, tol,
+                             max_iterations=max_iterations, progress_every=every,
+                             restart_batch=restart_batch)
         else:
             from inference.engine.checkpoint import run_chunks
 
