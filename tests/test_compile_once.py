@@ -19,8 +19,9 @@ closure, an operation outside ``jit`` at a new shape), and
 whether XLA compiles it or it is loaded from the persistent cache. Both must stay at
 zero during the second call; a failure lists the programs by name.
 
-Sizes are tiny: these tests are about compilation, not answers. The default run
-covers every family; the slow run adds the remaining modes, methods and baselines.
+Sizes are tiny: these tests are about compilation, not answers. The default run keeps
+one cheap case of each kind (a fit, an association method, a baseline); the slow run,
+which CI runs too, calls every function.
 """
 
 from __future__ import annotations
@@ -224,11 +225,13 @@ SLOW_CASES = {
 }
 
 #: The costliest cases (each compiles a whole fit, for its first call) run in the slow run:
-#: the default run keeps the cheap ones (GVQ, clipped, PPCA, association, baselines).
+#: the default run keeps one cheap case of each kind (a fit: GVQ and PPCA; an association
+#: method; a NumPyro baseline) and the checks of the counter itself.
 for _name in ("fit_mcvq", "fit_mcvq_stream", "fit_vb_mcvq", "fit_vb_mixture", "fit_online",
               "fit_mixture_stream", "select_num_components[J]", "fit_mixture[nearest]",
               "fit_mixture[mml pruning]", "infer_states", "reconstruct", "fit_clipped_gaussian",
-              "fit_online_stream", "fit_gvq_stream"):
+              "fit_online_stream", "fit_gvq_stream", "fit_clipped_gaussian_stream",
+              "associate_sets"):
     SLOW_CASES[_name] = CASES.pop(_name)
 
 
@@ -269,7 +272,7 @@ SLOW_BASELINES = {
         patterns(i), 2, 2, rng_key=key(i), num_steps=5),
 }
 
-for _name in ("fit_gvq_svi", "fit_gvq_mcmc"):
+for _name in ("fit_gvq_svi", "fit_gvq_mcmc", "fit_variational"):
     SLOW_BASELINES[_name] = BASELINES.pop(_name)
 
 
