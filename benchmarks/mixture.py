@@ -141,7 +141,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
 from benchmarks.association_exact import machine_info  # noqa: E402
 from inference import fit_mixture  # noqa: E402
 from inference.engine import run as engine_run  # noqa: E402
-from inference.engine.loop import _advance_jit as _advance_single  # noqa: E402
+from inference.engine.loop import _run_jit as _engine_loop  # noqa: E402
 from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mixture import algorithm as mixture_algorithm  # noqa: E402
 from inference.mixture import em as mixture_fit  # noqa: E402
@@ -466,7 +466,7 @@ def bench_em(x_np, start, args, dtype: str) -> dict:
         gmmx_error = f"{type(err).__name__}: {err}"
     # Our core compiles nothing when the public call before it compiled the loop.
     warm_up = ({name: name != "sklearn" for name in methods}
-               | {"ours_core": _advance_single._cache_size})
+               | {"ours_core": _engine_loop._cache_size})
     timing, results = run_interleaved(methods, warm_up, args)
     ours, core, skl = results["ours"], results["ours_core"], results["sklearn"]
     peers = {
@@ -520,7 +520,7 @@ def bench_kmeans(x_np, start, args, dtype: str) -> dict:
         "ours_core": _core_call(x, k, start, mode="nearest", iterations=it),
         "sklearn": _with_threads(lambda: make_sklearn(it).fit(x_host), limit),
     }
-    warm_up = {"ours": True, "ours_core": _advance_single._cache_size, "sklearn": False}
+    warm_up = {"ours": True, "ours_core": _engine_loop._cache_size, "sklearn": False}
     timing, results = run_interleaved(methods, warm_up, args)
     ours, core, skl = results["ours"], results["ours_core"], results["sklearn"]
     inertia_ours, labels_ours = inertia_and_labels(x_host, ours.means)

@@ -16,11 +16,12 @@ Optax's pure transformations from the loop that drives them):
   ``num_iterations`` and :func:`warn_not_converged` gives the one warning;
 * **progress bar**: ``progress_bar=True`` ticks a tqdm bar from inside the
   compiled loop (:mod:`inference.engine.progress`);
-* **checkpoint / resume**: the loop runs to a traced bound ``stop_at``, so the same
-  compiled program runs the fit in one call or in chunks with a checkpoint after
-  each (:func:`inference.engine.checkpoint.run_chunks`); iteration i of a start
-  draws its key as ``fold_in(start_key, i)``, so any chunking gives the same result
-  bit for bit;
+* **checkpoint / resume**: a fit without checkpoints is one compiled call (start
+  and loop); with checkpoints the loop runs to a traced bound ``stop_at``, so one
+  compiled program runs every chunk, with a checkpoint after each
+  (:func:`inference.engine.checkpoint.run_chunks`); iteration i of a start draws its
+  key as ``fold_in(start_key, i)``, so any chunking gives the one-call result bit
+  for bit;
 * **sharding**: with a device ``mesh`` the whole loop runs under ``shard_map``, the
   data's rows split over the devices; the step receives the shard's validity mask
   and the mesh axis name (:class:`Shard`) and sums its statistics over the devices
