@@ -220,6 +220,26 @@ def start(algorithm, states, keys, data, params, max_iterations, shard=None):
             jnp.full(num, jnp.inf, objective_dtype), jnp.zeros((), jnp.int32))
 
 
+def over_starts(algorithm, fn, args, *, restart_batch=None):
+    """``fn`` applied to every start: ``args`` is a tuple of pytrees whose leaves share
+    a leading axis of starts.
+
+    All at once (``vmap``), one after another (``lax.map``) for an algorithm that is
+    not ``vectorized``, or ``restart_batch`` at a time. A single start runs unbatched:
+    XLA compiles a vmap or map of one differently (and more slowly), and the float
+    rounding of a single fit stays that of its step alone (a step's ``lax.cond`` stays
+    a branch instead of both sides computed).
+    """
+    if restart_batch is None and jax.tree.leaves(args)[0].shape[0] == 1:
+        out = fn(*jax.tree.map(lambda a: a[0], args))
+        return jax.tree.map(lambda a: a[None], out)
+    if not getattr(algorithm, "vectorized", True):
+        return jax.lax.map(lambda a: fn(*a), args)
+    if restart_batch is None:
+        return jax.vmap(fn)(*args)
+    return jax.lax.map(lambda a: fn(*a), args, batch_size=restart_batch)
+
+
 def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
             restart_batch=None, shard=None):
     """Iterations of every start until all have converged or the iteration ``stop_at``.
@@ -230,6 +250,10 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
     max_iterations = jax.tree.leaves(carry[3])[0].shape[1]
     bound = jnp.minimum(stop_at, max_iterations)
 
+    # One start: the loop body never sees it done (the loop stops when every start is),
+    # so it needs none of the selects that hold a finished start still among others.
+    single = restart_batch is None and carry[0].shape[0] == 1
+
     def one(key, count, state, previous, done):
         key_i = jax.random.fold_in(key, count)
         if shard is not None:
@@ -239,22 +263,14 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
             converged = jnp.asarray(info.converged, bool)
         else:
             converged = relative_change_converged(info.objective, previous, tol)
-        new_state = jax.tree.map(lambda old, new: jnp.where(done, old, new), state, new_state)
+        if not single:
+            new_state = jax.tree.map(lambda old, new: jnp.where(done, old, new), state,
+                                     new_state)
         return new_state, info, converged
 
     def all_starts(keys, counts, states, previous, done):
-        if restart_batch is None and keys.shape[0] == 1:
-            # One start runs unbatched: XLA compiles a vmap of one differently, and the
-            # float rounding of a single fit stays that of its step alone (a step's
-            # lax.cond stays a branch instead of both sides computed).
-            out = one(*jax.tree.map(lambda a: a[0], (keys, counts, states, previous, done)))
-            return jax.tree.map(lambda a: a[None], out)
-        if not getattr(algorithm, "vectorized", True):
-            return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done))
-        if restart_batch is None:
-            return jax.vmap(one)(keys, counts, states, previous, done)
-        return jax.lax.map(lambda a: one(*a), (keys, counts, states, previous, done),
-                           batch_size=restart_batch)
+        return over_starts(algorithm, one, (keys, counts, states, previous, done),
+                           restart_batch=restart_batch)
 
     def write(trace, count, value, done):
         # In place (a dynamic update of one row), not a select over the whole trace: a
@@ -267,10 +283,16 @@ def advance(algorithm, carry, data, params, tol, stop_at, *, progress_every=0,
     def body(carry):
         keys, counts, states, trace, done, previous, it = carry
         states, info, converged = all_starts(keys, counts, states, previous, done)
-        trace = jax.tree.map(lambda t, v: jax.vmap(write)(t, counts, v, done), trace, info)
-        previous = jnp.where(done, previous, info.objective.astype(previous.dtype))
-        counts = counts + (~done).astype(jnp.int32)
-        done = done | converged
+        if single:
+            trace = jax.tree.map(lambda t, v: t.at[0, counts[0]].set(v[0]), trace, info)
+            previous = info.objective.astype(previous.dtype)
+            counts = counts + 1
+            done = converged
+        else:
+            trace = jax.tree.map(lambda t, v: jax.vmap(write)(t, counts, v, done), trace, info)
+            previous = jnp.where(done, previous, info.objective.astype(previous.dtype))
+            counts = counts + (~done).astype(jnp.int32)
+            done = done | converged
         tick(it, progress_every)
         return keys, counts, states, trace, done, previous, it + 1
 

@@ -29,7 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference.engine.loop import Run, StatisticsAlgorithm, relative_change_converged
+from inference.engine.loop import (
+    Run,
+    StatisticsAlgorithm,
+    over_starts,
+    relative_change_converged,
+)
 from inference.engine.progress import advance_bar, progress
 from inference.engine.streaming import Pass, batches
 
@@ -37,11 +42,8 @@ __all__ = ["run_passes", "OnlineAlgorithm", "OnlineRun", "run_online_passes"]
 
 
 def _each(algorithm, fn, *args):
-    """``fn`` over the starts (leading axis of ``args``): ``vmap``, or one at a time
-    (``lax.map``) for an algorithm that is not ``vectorized``."""
-    if getattr(algorithm, "vectorized", True):
-        return jax.vmap(fn)(*args)
-    return jax.lax.map(lambda a: fn(*a), args)
+    """``fn`` over the starts (leading axis of ``args``), as the in-memory loop runs them."""
+    return over_starts(algorithm, fn, args)
 
 
 @partial(jax.jit, static_argnames=("algorithm",))
