@@ -7,7 +7,6 @@ their quick sizes: about 5 s each plus JAX's start-up). The failure tests point
 
 import json
 import textwrap
-import time
 
 import pytest
 
@@ -34,12 +33,9 @@ def test_list_names_every_experiment(capsys):
 
 
 def test_only_cheapest_writes_report_and_findings(tmp_path, capsys):
-    start = time.perf_counter()
     status = main(["reproduce", "--output-dir", str(tmp_path), "--only", "mcvq_text",
                    "clipped_entropy", "--html", "--no-progress"])
-    elapsed = time.perf_counter() - start
     assert status == 0, capsys.readouterr()
-    assert elapsed < 60
     record = json.loads((tmp_path / "findings.json").read_text())
     assert [r["name"] for r in record["experiments"]] == ["clipped_entropy", "mcvq_text"]
     assert record["versions"]["jax"] and record["total_seconds"] > 0
