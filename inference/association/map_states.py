@@ -1,0 +1,415 @@
+"""The most probable binary states of any NumPyro program: :func:`map_states`.
+
+The association methods of Westerdijk and Wiegerinck's generative vector quantisation
+(every method of :data:`inference.association.base.METHODS`) run on a user's own
+program, not only on GVQ: the program is traced, its binary latent sites are found
+(:mod:`inference.association.program_sites`), and its energy of their states is read
+from its own log-density.
+
+* ``"exact"`` works on any energy: when the energy is quadratic in the binary units
+  (checked at random states) the fast exhaustive search over the quadratic form
+  (:func:`inference.association.base.exact_search`), else a brute-force search that
+  evaluates the program at every one of the 2^n joint states of an example (n <= 24).
+* ``"gibbs"`` works on any energy: the quadratic sampler when the program is a
+  Gaussian layer x ~ N(s F, sigma) plus a factorised prior (the GVQ case), else
+  single-site annealed Gibbs sampling that evaluates the program's energy with each
+  unit off and on.
+* ``"bp"``, ``"br"``, ``"mf"``, ``"br+mf"``, ``"dbp"``, ``"dbr"`` need the quadratic
+  form E = c + h.s + 1/2 s^T W s, read by autodiff; a program whose energy is not
+  quadratic gets an error naming its sites and the methods that apply. The directed
+  methods (and the quadratic Gibbs sampler) also need an observed Gaussian site whose
+  mean is affine in the units, at one noise level, and a prior that couples no two
+  units: their graph is that layer's F.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+
+from inference.association.annealing import END_SIGMA, NUM_SWEEPS, START_SIGMA
+from inference.association.base import (
+    MAX_EXACT_FEATURES,
+    METHODS,
+    AssociationProblem,
+    exact_search,
+)
+from inference.association.program_sites import (
+    binary_sites,
+    gaussian_observation,
+    has_gaussian_observation,
+    program_energy,
+    run_program,
+)
+from inference.association.sweeps import geometric_schedule, keep_best
+from inference.program.energy import QuadraticEnergy
+from inference.program.handlers import map_gaussian
+from inference.program.kwargs import freeze_options, split_model_kwargs
+from ppl_models.distributions import ClippedNormal
+from ppl_models.validation import MissingKeyError, check_positive, check_rng_key
+
+__all__ = ["MapStatesResult", "map_states", "QUADRATIC_METHODS", "ANY_ENERGY_METHODS"]
+
+#: Methods that work on any energy, and those that need it quadratic in the units.
+ANY_ENERGY_METHODS = ("exact", "gibbs")
+QUADRATIC_METHODS = ("bp", "br", "mf", "br+mf", "dbp", "dbr")
+#: Relative misfit above which an energy is not quadratic (or a mean not affine).
+_RTOL = 1e-4
+#: Elements of the (candidate states x examples) block of the brute-force search.
+_BRUTE_BLOCK = 1 << 18
+
+
+class MapStatesResult(NamedTuple):
+    """What :func:`map_states` returns.
+
+    Attributes
+    ----------
+    states : dict
+        Site name -> int32 array of the site's shape: the best state found.
+    energy : array (num_examples,)
+        Its energy, from the program (units of the ``noise`` setting).
+    converged : array (num_examples,), bool
+        Whether the method reached its stopping rule (always True for ``"exact"``).
+    trace : array or None
+        Per sweep or iteration of the iterative methods (mean energy for the annealed
+        ones); None for ``"exact"``.
+    """
+
+    states: dict
+    energy: jax.Array
+    converged: jax.Array
+    trace: jax.Array | None = None
+
+
+def _check_noise(noise):
+    if noise is None or (isinstance(noise, str) and noise == "program"):
+        return noise
+    if isinstance(noise, str):
+        raise ValueError(f"noise must be None (the sigma -> 0 limit), a positive float or "
+                         f"'program'; got {noise!r}")
+    return float(check_positive(noise, "noise"))
+
+
+def map_states(model: Callable, *args, method: str = "exact", rng_key=None, noise=None,
+               sites=None, method_options: dict | None = None, **kwargs) -> MapStatesResult:
+    """The most probable values of the binary latent sites of ``model(*args, **kwargs)``.
+
+    Parameters
+    ----------
+    model : callable
+        Any NumPyro program. Its binary latent sites may have any shape and sit in
+        plates; the outermost plate around them is the example axis (examples are
+        optimised independently, all at once). Every other latent site must be fixed
+        by the arguments or by ``numpyro.handlers.condition``; ``numpyro.param``
+        sites keep their values (substitute your own with
+        ``numpyro.handlers.substitute``).
+    *args, **kwargs
+        The program's arguments.
+    method : str
+        ``"exact"`` or ``"gibbs"`` (any energy); ``"bp"``, ``"br"``, ``"mf"``,
+        ``"br+mf"``, ``"dbp"``, ``"dbr"`` (an energy quadratic in the units).
+    rng_key : jax.random key, optional
+        Needed by the randomised methods (``"gibbs"``, ``"mf"``, ``"bp"``, ``"br"``,
+        ``"br+mf"``).
+    noise : None, float or "program"
+        ``None``: the sigma -> 0 limit (the program runs under ``noiseless``; it needs
+        an observed Gaussian site). A positive float: the MAP state with the observed
+        Gaussian sites at that noise, E = -2 noise^2 log p. ``"program"``: the MAP
+        state of the program as written, E = -log p (the only choice for a program
+        without a Gaussian observation).
+    sites : str or sequence of str, optional
+        The binary sites to optimise; default every latent ``Bernoulli`` site.
+    method_options : dict, optional
+        The method's options (e.g. ``num_sweeps`` for ``"gibbs"``, ``chunk_size`` for
+        ``"exact"``), as :func:`inference.association.core.associate` takes them.
+
+    Returns
+    -------
+    MapStatesResult
+        ``states`` (site -> array), ``energy`` (per example), ``converged``, ``trace``.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
+    >>> def program(x, features):
+    ...     with numpyro.plate("data", x.shape[0]):
+    ...         s = numpyro.sample("s", dist.Bernoulli(0.5).expand([2]).to_event(1))
+    ...         numpyro.sample("x", dist.Normal(s @ features, 0.1).to_event(1), obs=x)
+    >>> F = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> x = jnp.array([[0.9, 0.1], [1.1, 0.8]])
+    >>> map_states(program, x, F).states["s"].tolist()
+    [[1, 0], [1, 1]]
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    noise = _check_noise(noise)
+    options = dict(method_options or {})
+    spec = METHODS[method]
+    if spec.randomized and rng_key is None:
+        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+    if rng_key is not None:
+        check_rng_key(rng_key)
+    layout = binary_sites(model, args, kwargs, sites)
+    if noise != "program" and not has_gaussian_observation(run_program(model, args, kwargs)):
+        raise ValueError(
+            f"noise={noise!r} sets the noise of the program's observed Gaussian sites, and "
+            "the program has none; pass noise='program' for the MAP state of the program as "
+            "written")
+    dynamic, static = split_model_kwargs(kwargs)
+    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    common = dict(model=model, static_kwargs=static, layout=layout,
+                  noise_mode=None if noise is None else ("program" if noise == "program"
+                                                         else "float"))
+    noise_value = 1.0 if not isinstance(noise, float) else noise
+    setup = _setup(args, dynamic, noise_value, **common)
+    if float(setup.outside_change) > _RTOL * (1.0 + float(setup.energy_scale)):
+        raise ValueError("a site outside the example plate depends on the binary sites "
+                         f"{list(layout.names)}: the examples are coupled, and map_states "
+                         "needs them independent given the other sites")
+    quadratic = float(setup.misfit) <= _RTOL
+    solve_setup, solve_common = setup, common
+    if noise == "program" and quadratic:
+        # With one noise sigma_0 on every observed Gaussian site, -log p is the energy at
+        # noise sigma_0 divided by 2 sigma_0^2: the quadratic methods run on that problem
+        # (its Gaussian layer and annealing family), the energies reported stay -log p.
+        sigma0 = _uniform_noise(run_program(model, args, kwargs), layout)
+        if sigma0 is not None:
+            noise_value = sigma0
+            solve_common = dict(common, noise_mode="float")
+            solve_setup = _setup(args, dynamic, noise_value, **solve_common)
+    directed = solve_setup.layer is not None and float(solve_setup.layer[2]) <= _RTOL
+    factorised = directed and _factorised(solve_setup)
+    n = layout.num_units
+    if method in QUADRATIC_METHODS and not quadratic:
+        raise ValueError(
+            f"method {method!r} needs an energy quadratic in the binary sites "
+            f"{list(layout.names)}, and the program's is not (the quadratic form misses it "
+            f"by {float(setup.misfit):.3g} of its scale); methods that apply: "
+            f"{list(ANY_ENERGY_METHODS)}")
+    if method in ("dbp", "dbr") and not factorised:
+        raise ValueError(
+            f"method {method!r} runs on a directed graph: an observed Gaussian site whose "
+            f"mean is affine in the binary sites {list(layout.names)}, one noise level, and "
+            "a prior that couples no two units; the program's energy is not of that form "
+            f"(under noise={noise!r}); methods that apply: "
+            f"{[m for m in (*ANY_ENERGY_METHODS, *QUADRATIC_METHODS) if m not in ('dbp', 'dbr')]}")
+    if method == "exact" and n > MAX_EXACT_FEATURES:
+        raise ValueError(f"method 'exact' searches all 2^n joint states of an example; the "
+                         f"binary sites {list(layout.names)} hold n = {n} units per example, "
+                         f"more than {MAX_EXACT_FEATURES}")
+    if spec.validate is not None and method != "exact":
+        graph = solve_setup.layer[0] if directed else jnp.zeros((n, 1))
+        spec.validate(graph, options)
+    elif method == "exact":
+        METHODS["exact"].validate(jnp.zeros((n, 1)), options)
+    if method == "gibbs" and not (quadratic and factorised):
+        route = "generic"
+    elif method == "exact" and not quadratic:
+        route = "brute"
+    else:
+        route = "quadratic"
+    if route != "quadratic":
+        solve_setup, solve_common, noise_value = setup, common, noise_value
+    flat, energy, converged, trace = _solve(args, dynamic, noise_value, rng_key, solve_setup,
+                                            method=method, route=route,
+                                            options=freeze_options(options), **solve_common)
+    if solve_common is not common:  # the energies of the program as written
+        energy = _program_energies(args, dynamic, flat.astype(jnp.result_type(float)),
+                                   **common)
+    states = {name: value.astype(jnp.int32) for name, value in
+              layout.unflatten(flat.astype(jnp.int32)).items()}
+    return MapStatesResult(states, energy, converged, trace)
+
+
+class _Setup(NamedTuple):
+    quadratic: QuadraticEnergy  # the target energy's quadratic form
+    misfit: jax.Array  # its largest error at random states, relative to scale
+    limit: QuadraticEnergy | None  # the sigma -> 0 form (None without a Gaussian site)
+    at_one: QuadraticEnergy | None  # the form at noise 1
+    layer: tuple | None  # (F, x, misfit) of the observed Gaussian sites
+    outside_change: jax.Array
+    energy_scale: jax.Array
+
+
+def _energy_of(model, args, kwargs, layout, noise_mode, noise_value):
+    noise = None if noise_mode is None else ("program" if noise_mode == "program"
+                                             else noise_value)
+    return program_energy(model, args, kwargs, layout, noise)
+
+
+def _quadratic_form(energy, num_examples, n, dtype):
+    """(h, W, c) of ``energy`` by autodiff at s = 0 (W from the first example)."""
+    zeros = jnp.zeros((num_examples, n), dtype)
+    constant = energy(zeros)
+    gradient = jax.grad(lambda s: jnp.sum(energy(s)))(zeros)
+    hessian = jax.hessian(lambda row: energy(zeros.at[0].set(row))[0])(jnp.zeros(n, dtype))
+    hessian = 0.5 * (hessian + hessian.T)
+    diagonal = jnp.diagonal(hessian)
+    return QuadraticEnergy(gradient + 0.5 * diagonal, hessian - jnp.diag(diagonal), constant)
+
+
+@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
+def _setup(args, dynamic, noise_value, *, model, static_kwargs, layout, noise_mode):
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    dtype = jnp.result_type(float)
+    n, num = layout.num_units, layout.num_examples
+    energy = _energy_of(model, args, kwargs, layout, noise_mode, noise_value)
+    form = _quadratic_form(energy, num, n, dtype)
+    probe = jax.random.bernoulli(jax.random.key(0), 0.5, (8, num, n)).astype(dtype)
+    exact = jax.vmap(energy)(probe)
+    approx = jax.vmap(form)(probe)
+    scale = jnp.max(jnp.abs(exact)) + 1.0
+    misfit = jnp.max(jnp.abs(exact - approx)) / scale
+    misfit = jnp.where(jnp.isfinite(misfit), misfit, jnp.inf)
+    outside = program_energy(model, args, kwargs, layout, "program", with_outside=True)
+    outs = jax.vmap(lambda s: outside(s)[1])(jnp.concatenate([probe, jnp.zeros_like(probe[:1])]))
+    outside_change = jnp.max(jnp.abs(outs - outs[-1]))
+    layer = gaussian_observation(model, args, kwargs, layout)
+    limit = at_one = None
+    if layer is not None:
+        limit = _quadratic_form(program_energy(model, args, kwargs, layout, None), num, n, dtype)
+        at_one = _quadratic_form(program_energy(model, args, kwargs, layout, 1.0), num, n,
+                                 dtype)
+    return _Setup(form, misfit, limit, at_one, layer, outside_change, scale)
+
+
+def _factorised(setup: _Setup) -> bool:
+    """Whether every energy of the annealing family couples the units only through the
+    Gaussian layer (2 F F^T): the target's, the limit's and the noise-1 form's couplings
+    are the layer's (the prior adds linear terms only)."""
+    features = setup.layer[0]
+    gaussian = 2.0 * features @ features.T
+    gaussian = gaussian - jnp.diag(jnp.diagonal(gaussian))
+    bound = _RTOL * (1.0 + float(jnp.max(jnp.abs(gaussian))))
+    return all(float(jnp.max(jnp.abs(form.couplings - gaussian))) <= bound
+               for form in (setup.quadratic, setup.limit, setup.at_one))
+
+
+def _uniform_noise(trace, layout):
+    """The one noise sigma_0 of every observed Gaussian site of the program, or None."""
+    scales = []
+    for site in trace.values():
+        if site["type"] == "sample" and site["is_observed"]:
+            found = map_gaussian(site["fn"], lambda normal: normal)
+            if found is not None:
+                scales.append(np.asarray(_normal_scale(site["fn"])).ravel())
+    if not scales:
+        return None
+    scales = np.concatenate(scales)
+    if not np.all(scales == scales[0]) or not scales[0] > 0:
+        return None
+    return float(scales[0])
+
+
+def _normal_scale(fn):
+    while not isinstance(fn, dist.Normal | ClippedNormal):
+        fn = fn.base_dist
+    if isinstance(fn, ClippedNormal):
+        return np.nan
+    return fn.scale
+
+
+@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
+def _program_energies(args, dynamic, states, *, model, static_kwargs, layout, noise_mode):
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    return _energy_of(model, args, kwargs, layout, noise_mode, 1.0)(states)
+
+
+@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode", "method",
+                                   "route", "options"))
+def _solve(args, dynamic, noise_value, rng_key, setup, *, model, static_kwargs, layout,
+           noise_mode, method, route, options):
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    energy = _energy_of(model, args, kwargs, layout, noise_mode, noise_value)
+    options = dict(options)
+    dtype = jnp.result_type(float)
+    if route == "brute":
+        states = _brute_force(energy, layout.num_examples, layout.num_units, dtype,
+                              options.get("chunk_size"))
+        return states, energy(states.astype(dtype)), jnp.ones(layout.num_examples, bool), None
+    if route == "generic":
+        return _generic_gibbs(energy, rng_key, layout.num_examples, layout.num_units, dtype,
+                              **options)
+    if method == "exact":
+        states, _ = exact_search(setup.quadratic, chunk_size=options.get("chunk_size"))
+        return states, energy(states.astype(dtype)), jnp.ones(layout.num_examples, bool), None
+    if setup.layer is not None:
+        features, x = setup.layer[0], setup.layer[1]
+        limit, slope = setup.limit, jax.tree.map(jnp.subtract, setup.at_one, setup.limit)
+    else:  # no Gaussian layer: a fixed energy, annealed in temperature only
+        n = layout.num_units
+        features, x = jnp.zeros((n, 1), dtype), jnp.zeros((layout.num_examples, 1), dtype)
+        limit, slope = setup.quadratic, jax.tree.map(jnp.zeros_like, setup.quadratic)
+    problem = AssociationProblem(setup.quadratic, features, x, limit, slope,
+                                 lambda s: energy(s.astype(dtype)))
+    result = METHODS[method].run(problem, rng_key=rng_key, **options)
+    return result.states, result.energy, result.converged, result.trace
+
+
+def _brute_force(energy, num_examples, n, dtype, chunk_size=None):
+    """Every example's best of the 2^n joint states, the program evaluated at each."""
+    total = 1 << n
+    chunk = chunk_size or max(1, _BRUTE_BLOCK // max(num_examples, 1))
+    chunk = min(total, 1 << (int(chunk).bit_length() - 1))
+    bits = jnp.arange(n, dtype=jnp.int32)
+
+    def body(carry, k):
+        best_energy, best_index = carry
+        index = k * chunk + jnp.arange(chunk, dtype=jnp.int32)
+        candidates = ((index[:, None] >> bits) & 1).astype(dtype)  # (chunk, n)
+        energies = jax.vmap(lambda c: energy(jnp.broadcast_to(c, (num_examples, n))))(
+            candidates)  # (chunk, examples)
+        energies = jnp.where(jnp.isnan(energies), jnp.inf, energies)
+        lowest = jnp.min(energies, axis=0)
+        first = jnp.argmin(energies, axis=0).astype(jnp.int32)
+        better = lowest < best_energy
+        return (jnp.where(better, lowest, best_energy),
+                jnp.where(better, k * chunk + first, best_index)), None
+
+    init = (jnp.full(num_examples, jnp.inf, dtype), jnp.zeros(num_examples, jnp.int32))
+    (_, best_index), _ = jax.lax.scan(body, init, jnp.arange(total // chunk, dtype=jnp.int32))
+    return (best_index[:, None] >> bits) & 1
+
+
+def _generic_gibbs(energy, rng_key, num_examples, n, dtype, *, start_sigma=START_SIGMA,
+                   end_sigma=END_SIGMA, num_sweeps=NUM_SWEEPS, order="shared"):
+    """Annealed single-site Gibbs sampling on any energy: unit i of every example is
+    drawn from p(s_i = 1 | rest) = sigmoid(-(E(s_i=1) - E(s_i=0)) / (2 sigma^2)), the
+    program evaluated with the unit off and on; sigma falls geometrically and the
+    lowest-energy state visited is kept."""
+    del order  # one random order per sweep, shared by the examples
+    sigmas = geometric_schedule(start_sigma, end_sigma, num_sweeps).astype(dtype)
+    key_init, key_run = jax.random.split(rng_key)
+    states = jax.random.bernoulli(key_init, 0.5, (num_examples, n)).astype(dtype)
+    best = keep_best(None, states.astype(jnp.int32), energy(states))
+
+    def sweep(carry, inputs):
+        states, best = carry
+        sigma, key = inputs
+        key_order, key_uniform = jax.random.split(key)
+        order = jax.random.permutation(key_order, n)
+        uniforms = jax.random.uniform(key_uniform, (n, num_examples), dtype)
+
+        def visit(k, states):
+            i = order[k]
+            off = energy(states.at[:, i].set(0.0))
+            on = energy(states.at[:, i].set(1.0))
+            p_on = jax.nn.sigmoid(-(on - off) / (2.0 * jnp.square(sigma)))
+            return states.at[:, i].set((uniforms[k] < p_on).astype(dtype))
+
+        new = jax.lax.fori_loop(0, n, visit, states)
+        current = energy(new)
+        changed = jnp.any(new != states, axis=1)
+        return (new, keep_best(best, new.astype(jnp.int32), current)), (jnp.mean(current),
+                                                                         changed)
+
+    keys = jax.random.split(key_run, sigmas.shape[0])
+    (_, best), (trace, changed) = jax.lax.scan(sweep, (states, best), (sigmas, keys))
+    return best.states, energy(best.states.astype(dtype)), ~changed[-1], trace
+
