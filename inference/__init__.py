@@ -11,6 +11,7 @@ are importable from here.
 
 from inference.app.families import load_families
 from inference.app.selection import ModelSelectionResult, model_selection
+from inference.association.map_em import MapEMResult, fit_map_em
 from inference.association.map_states import MapStatesResult, map_states
 from inference.engine import persistence
 from inference.engine.persistence import PersistenceError, load
@@ -20,11 +21,13 @@ from inference.program.handlers import noiseless, observation_noise
 
 __all__ = [
     "BatchSource",
+    "MapEMResult",
     "MapStatesResult",
     "ModelSelectionResult",
     "PersistenceError",
     "QuadraticEnergy",
     "check_quadratic",
+    "fit_map_em",
     "load",
     "map_states",
     "model_selection",

@@ -86,3 +86,15 @@ def test_checkpoint_block_runs(tmp_path):
     assert target.is_file()
     whole, resumed = namespace["whole"], namespace["resumed"]
     assert whole.num_iterations == resumed.num_iterations > 2  # more than one chunk ran
+
+
+@pytest.mark.slow
+def test_your_own_program_section_runs():
+    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tour = next(t for t in tours if "fit_map_em" in t)
+    namespace = {}
+    exec(compile(tour, "README.md", "exec"), namespace)
+    fit, states = namespace["fit"], namespace["states"]
+    assert fit.closed_form and fit.converged
+    assert fit.objective < 2 * 8 * 0.1 ** 2  # near the noise floor of 8 * 0.1^2
+    assert states.states["s"].shape == (200, 5)

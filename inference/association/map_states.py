@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,7 @@ from inference.association.base import (
     exact_search,
 )
 from inference.association.program_sites import (
+    BinarySites,
     binary_sites,
     gaussian_observation,
     has_gaussian_observation,
@@ -54,7 +55,8 @@ from inference.program.kwargs import freeze_options, split_model_kwargs
 from ppl_models.distributions import ClippedNormal
 from ppl_models.validation import MissingKeyError, check_positive, check_rng_key
 
-__all__ = ["MapStatesResult", "map_states", "QUADRATIC_METHODS", "ANY_ENERGY_METHODS"]
+__all__ = ["MapStatesResult", "map_states", "Plan", "plan_map_states", "setup_problem",
+           "solve_problem", "QUADRATIC_METHODS", "ANY_ENERGY_METHODS"]
 
 #: Methods that work on any energy, and those that need it quadratic in the units.
 ANY_ENERGY_METHODS = ("exact", "gibbs")
@@ -146,15 +148,58 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     >>> map_states(program, x, F).states["s"].tolist()
     [[1, 0], [1, 1]]
     """
+    plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
+                           options=method_options, rng_key=rng_key)
+    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    dynamic, static = split_model_kwargs(kwargs)
+    flat, energy, converged, trace = _solve(
+        args, dynamic, plan.solve_noise, rng_key, plan.setup, model=model,
+        static_kwargs=static, layout=plan.layout, noise_mode=plan.solve_mode, method=method,
+        route=plan.route, options=plan.options)
+    if plan.solve_mode != plan.noise_mode:  # the energies of the program as written
+        energy = _program_energies(args, dynamic, flat.astype(jnp.result_type(float)),
+                                   model=model, static_kwargs=static, layout=plan.layout,
+                                   noise_mode=plan.noise_mode)
+    return MapStatesResult(plan.layout.unflatten(flat.astype(jnp.int32)), energy, converged,
+                           trace)
+
+
+class Plan(NamedTuple):
+    """How :func:`map_states` solves a program (:func:`plan_map_states`).
+
+    ``layout``: the binary sites; ``route``: ``"quadratic"`` (a method of
+    :data:`METHODS` on the quadratic form), ``"brute"`` (exhaustive, the program
+    evaluated) or ``"generic"`` (Gibbs on the program); ``noise_mode``/``noise_value``:
+    the energy reported (None, ``"float"`` or ``"program"``); ``solve_mode``/
+    ``solve_noise``: the energy solved (the program's own noise for ``"program"``
+    with one noise level); ``setup``: the forms at the solve noise; ``options``: the
+    method's options, frozen.
+    """
+
+    layout: BinarySites
+    route: str
+    noise_mode: str | None
+    noise_value: float
+    solve_mode: str | None
+    solve_noise: float
+    setup: Any
+    options: tuple
+
+
+def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=None,
+                    rng_key=None) -> Plan:
+    """Check the arguments and the program, and choose how to solve it (see
+    :func:`map_states` for the arguments and the errors)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
     noise = _check_noise(noise)
-    options = dict(method_options or {})
+    options = dict(options or {})
     spec = METHODS[method]
     if spec.randomized and rng_key is None:
         raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
     if rng_key is not None:
         check_rng_key(rng_key)
+    kwargs = dict(kwargs or {})
     layout = binary_sites(model, args, kwargs, sites)
     if noise != "program" and not has_gaussian_observation(run_program(model, args, kwargs)):
         raise ValueError(
@@ -163,26 +208,24 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
             "written")
     dynamic, static = split_model_kwargs(kwargs)
     args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
-    common = dict(model=model, static_kwargs=static, layout=layout,
-                  noise_mode=None if noise is None else ("program" if noise == "program"
-                                                         else "float"))
-    noise_value = 1.0 if not isinstance(noise, float) else noise
-    setup = _setup(args, dynamic, noise_value, **common)
+    noise_mode = None if noise is None else ("program" if noise == "program" else "float")
+    noise_value = noise if isinstance(noise, float) else 1.0
+    common = dict(model=model, static_kwargs=static, layout=layout)
+    setup = _setup(args, dynamic, noise_value, noise_mode=noise_mode, **common)
     if float(setup.outside_change) > _RTOL * (1.0 + float(setup.energy_scale)):
         raise ValueError("a site outside the example plate depends on the binary sites "
                          f"{list(layout.names)}: the examples are coupled, and map_states "
                          "needs them independent given the other sites")
     quadratic = float(setup.misfit) <= _RTOL
-    solve_setup, solve_common = setup, common
+    solve_setup, solve_mode, solve_noise = setup, noise_mode, noise_value
     if noise == "program" and quadratic:
         # With one noise sigma_0 on every observed Gaussian site, -log p is the energy at
         # noise sigma_0 divided by 2 sigma_0^2: the quadratic methods run on that problem
         # (its Gaussian layer and annealing family), the energies reported stay -log p.
-        sigma0 = _uniform_noise(run_program(model, args, kwargs), layout)
+        sigma0 = _uniform_noise(run_program(model, args, kwargs))
         if sigma0 is not None:
-            noise_value = sigma0
-            solve_common = dict(common, noise_mode="float")
-            solve_setup = _setup(args, dynamic, noise_value, **solve_common)
+            solve_mode, solve_noise = "float", sigma0
+            solve_setup = _setup(args, dynamic, solve_noise, noise_mode=solve_mode, **common)
     directed = solve_setup.layer is not None and float(solve_setup.layer[2]) <= _RTOL
     factorised = directed and _factorised(solve_setup)
     n = layout.num_units
@@ -193,21 +236,18 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
             f"by {float(setup.misfit):.3g} of its scale); methods that apply: "
             f"{list(ANY_ENERGY_METHODS)}")
     if method in ("dbp", "dbr") and not factorised:
+        others = [m for m in (*ANY_ENERGY_METHODS, *QUADRATIC_METHODS) if m not in ("dbp", "dbr")]
         raise ValueError(
             f"method {method!r} runs on a directed graph: an observed Gaussian site whose "
             f"mean is affine in the binary sites {list(layout.names)}, one noise level, and "
             "a prior that couples no two units; the program's energy is not of that form "
-            f"(under noise={noise!r}); methods that apply: "
-            f"{[m for m in (*ANY_ENERGY_METHODS, *QUADRATIC_METHODS) if m not in ('dbp', 'dbr')]}")
+            f"(under noise={noise!r}); methods that apply: {others}")
     if method == "exact" and n > MAX_EXACT_FEATURES:
         raise ValueError(f"method 'exact' searches all 2^n joint states of an example; the "
                          f"binary sites {list(layout.names)} hold n = {n} units per example, "
                          f"more than {MAX_EXACT_FEATURES}")
-    if spec.validate is not None and method != "exact":
-        graph = solve_setup.layer[0] if directed else jnp.zeros((n, 1))
-        spec.validate(graph, options)
-    elif method == "exact":
-        METHODS["exact"].validate(jnp.zeros((n, 1)), options)
+    if spec.validate is not None:
+        spec.validate(solve_setup.layer[0] if directed else jnp.zeros((n, 1)), options)
     if method == "gibbs" and not (quadratic and factorised):
         route = "generic"
     elif method == "exact" and not quadratic:
@@ -215,16 +255,9 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     else:
         route = "quadratic"
     if route != "quadratic":
-        solve_setup, solve_common, noise_value = setup, common, noise_value
-    flat, energy, converged, trace = _solve(args, dynamic, noise_value, rng_key, solve_setup,
-                                            method=method, route=route,
-                                            options=freeze_options(options), **solve_common)
-    if solve_common is not common:  # the energies of the program as written
-        energy = _program_energies(args, dynamic, flat.astype(jnp.result_type(float)),
-                                   **common)
-    states = {name: value.astype(jnp.int32) for name, value in
-              layout.unflatten(flat.astype(jnp.int32)).items()}
-    return MapStatesResult(states, energy, converged, trace)
+        solve_setup, solve_mode, solve_noise = setup, noise_mode, noise_value
+    return Plan(layout, route, noise_mode, noise_value, solve_mode, solve_noise, solve_setup,
+                freeze_options(options))
 
 
 class _Setup(NamedTuple):
@@ -256,7 +289,13 @@ def _quadratic_form(energy, num_examples, n, dtype):
 
 @partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
 def _setup(args, dynamic, noise_value, *, model, static_kwargs, layout, noise_mode):
-    kwargs = {**dynamic, **dict(static_kwargs)}
+    return setup_problem(model, args, {**dynamic, **dict(static_kwargs)}, layout, noise_mode,
+                         noise_value)
+
+
+def setup_problem(model, args, kwargs, layout, noise_mode, noise_value) -> _Setup:
+    """The program's quadratic forms, its Gaussian layer and the checks' misfits (pure,
+    jittable; :func:`map_states` and the EM drivers decide from them how to solve)."""
     dtype = jnp.result_type(float)
     n, num = layout.num_units, layout.num_examples
     energy = _energy_of(model, args, kwargs, layout, noise_mode, noise_value)
@@ -291,7 +330,7 @@ def _factorised(setup: _Setup) -> bool:
                for form in (setup.quadratic, setup.limit, setup.at_one))
 
 
-def _uniform_noise(trace, layout):
+def _uniform_noise(trace):
     """The one noise sigma_0 of every observed Gaussian site of the program, or None."""
     scales = []
     for site in trace.values():
@@ -325,7 +364,15 @@ def _program_energies(args, dynamic, states, *, model, static_kwargs, layout, no
                                    "route", "options"))
 def _solve(args, dynamic, noise_value, rng_key, setup, *, model, static_kwargs, layout,
            noise_mode, method, route, options):
-    kwargs = {**dynamic, **dict(static_kwargs)}
+    return solve_problem(model, args, {**dynamic, **dict(static_kwargs)}, layout, noise_mode,
+                         noise_value, rng_key, setup, method=method, route=route,
+                         options=options)
+
+
+def solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key, setup, *,
+                  method, route, options):
+    """Run ``method`` by ``route`` (``"quadratic"``, ``"brute"`` or ``"generic"``) on the
+    program; returns (flat states, energies, converged, trace). Pure and jittable."""
     energy = _energy_of(model, args, kwargs, layout, noise_mode, noise_value)
     options = dict(options)
     dtype = jnp.result_type(float)

@@ -37,7 +37,7 @@ import numpy as np
 from inference.engine import Algorithm
 from inference.engine.sharding import psum
 from inference.gvq.constraints import associate_states, binary_m_step, in_set
-from inference.program.energy import check_quadratic
+from inference.program.energy import check_quadratic, energy_fn
 from ppl_models import gvq
 
 __all__ = ["GVQState", "GVQInfo", "init", "step", "em_step", "em_algorithm", "init_states",
@@ -290,15 +290,70 @@ def _step(rng_key, state, x, *, method, model, model_kwargs, latent, noise, opti
 
 
 def check_program(model, x, kwargs, features, latent, noise):
-    """The quadratic methods need a program quadratic in ``latent`` (first set, if any)."""
+    """The quadratic methods need a program quadratic in ``latent`` (first set, if any),
+    and the least-squares M-step a program whose features enter as ||x - s F||^2."""
     if kwargs.get("binary", False):
         return
     kwargs = {**kwargs, "features": features}
     if "num_sets" in kwargs:
         if gvq.features_per_set(features.shape[0], kwargs["num_sets"]) == 1:
             return  # no switchable units: nothing to be quadratic in
-        model, kwargs = in_set(model), {**kwargs, "set_index": 0}
+        check_quadratic(in_set(model), x, latent=latent, noise=noise,
+                        model_kwargs={**kwargs, "set_index": 0})
+        return
     check_quadratic(model, x, latent=latent, noise=noise, model_kwargs=kwargs)
+    if model is not gvq.model:
+        check_least_squares(model, x, kwargs, latent)
+
+
+def check_least_squares(model, x, kwargs, latent):
+    """fit_gvq's M-step solves min_F sum ||x - s F||^2: refuse a program whose limit
+    energy depends on the features otherwise (an offset, weights, a prior on F).
+
+    Compares the gradient in F of the program's sigma -> 0 energy with the least
+    squares' -2 S^T (x - S F) at random states and features (up to 64 examples).
+    """
+    features = jnp.asarray(kwargs["features"])
+    rows = jnp.asarray(x[:64])
+    misfit = _least_squares_misfit(model, rows, features, latent,
+                                   tuple(sorted((k, v) for k, v in kwargs.items()
+                                                if k != "features" and _hashable(v))),
+                                   {k: v for k, v in kwargs.items()
+                                    if k != "features" and not _hashable(v)})
+    if not float(misfit) <= 1e-3:
+        raise ValueError(
+            "fit_gvq's M-step fits the features by least squares of ||x - s F||^2, and the "
+            "program's sigma -> 0 energy depends on the features otherwise (its gradient "
+            f"in F differs by {float(misfit):.3g} of its scale): an offset, weights or a "
+            "prior that fit_gvq would ignore. Write the parameters as numpyro.param sites "
+            "and learn them with inference.fit_map_em, which maximises the program's own "
+            "log-density")
+
+
+def _hashable(value):
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return not isinstance(value, jax.Array | np.ndarray)
+
+
+@partial(jax.jit, static_argnames=("model", "latent", "static"))
+def _least_squares_misfit(model, rows, features, latent, static, dynamic):
+    kwargs = {**dynamic, **dict(static)}
+    key_s, key_f = jax.random.split(jax.random.key(0))
+    states = jax.random.bernoulli(key_s, 0.5, (rows.shape[0], features.shape[0]))
+    states = states.astype(rows.dtype)
+    probe = features + jax.random.normal(key_f, features.shape, features.dtype)
+
+    def total(f):
+        row_energy = energy_fn(model, latent=latent, noise=None,
+                               model_kwargs={**kwargs, "features": f})
+        return jnp.sum(jax.vmap(row_energy)(rows, states))
+
+    program = jax.grad(total)(probe)
+    least_squares = -2.0 * states.T @ (rows - states @ probe)
+    return jnp.max(jnp.abs(program - least_squares)) / (1.0 + jnp.max(jnp.abs(least_squares)))
 
 
 
