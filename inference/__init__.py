@@ -11,6 +11,7 @@ are importable from here.
 
 from inference.app.families import load_families
 from inference.app.selection import ModelSelectionResult, model_selection
+from inference.association.generic import numpyro_map_states
 from inference.association.map_em import MapEMResult, fit_map_em
 from inference.association.map_states import MapStatesResult, map_states
 from inference.engine import persistence
@@ -32,6 +33,7 @@ __all__ = [
     "map_states",
     "model_selection",
     "noiseless",
+    "numpyro_map_states",
     "observation_noise",
     "persistence",
     "quadratic_energy",
