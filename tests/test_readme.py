@@ -28,12 +28,18 @@ def test_python_tour_runs(capsys):
     assert float(result.error) < 0.2  # the noise floor is 16 * 0.1^2 = 0.16
 
 
-@pytest.mark.slow
-def test_clipped_gaussian_tour_runs():
+def _run_python_block(marker):
+    """Run the README's Python block that mentions ``marker``; its namespace."""
     tours = re.findall(r"```python\n(.*?)```", README, re.S)
-    tour = next(t for t in tours if "fit_clipped_gaussian" in t)
+    tour = next(t for t in tours if marker in t)
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.slow
+def test_clipped_gaussian_tour_runs():
+    namespace = _run_python_block("fit_clipped_gaussian")
     score = namespace["score"]
     # Fitted on 2000 patterns, scored on 2000 others: within a few times the floor.
     assert score["corr_rmse"] < 4 * score["noise_floor_corr"]
@@ -90,10 +96,7 @@ def test_checkpoint_block_runs(tmp_path):
 
 @pytest.mark.slow
 def test_your_own_program_section_runs():
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
-    tour = next(t for t in tours if "fit_map_em" in t)
-    namespace = {}
-    exec(compile(tour, "README.md", "exec"), namespace)
+    namespace = _run_python_block("fit_map_em")
     fit, states = namespace["fit"], namespace["states"]
     assert fit.closed_form and fit.converged
     assert fit.objective < 2 * 8 * 0.1 ** 2  # near the noise floor of 8 * 0.1^2
