@@ -22,14 +22,13 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate, infer_discrete
 from numpyro.infer.gibbs import DiscreteGibbs
 
 from inference.association.map_states import MapStatesResult, plan_map_states
 from inference.association.program_sites import handled_program, program_energy, run_program
-from inference.program.kwargs import split_model_kwargs
+from inference.program.kwargs import join_args, split_args, split_model_kwargs
 from ppl_models.validation import check_positive_int, check_rng_key
 
 __all__ = ["numpyro_map_states", "MAX_ENUMERATED_UNITS"]
@@ -69,7 +68,6 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
     num_samples = check_positive_int(num_samples, "num_samples")
     plan = plan_map_states(model, args, kwargs, method="exact", noise=noise, sites=sites)
     layout = plan.layout
-    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
     trace = run_program(model, args, kwargs)
     vectors = [name for name in layout.names if trace[name]["fn"].event_dim > 0]
     if vectors:
@@ -84,17 +82,18 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
         raise ValueError(f"method 'enumerate': an example has {layout.num_units} units, more "
                          f"than {MAX_ENUMERATED_UNITS}; use method='gibbs'")
     dynamic, static = split_model_kwargs(kwargs)
-    common = dict(model=model, static_kwargs=static, layout=layout,
+    traced, static_args = split_args(args)
+    common = dict(model=model, static_args=static_args, static_kwargs=static, layout=layout,
                   noise_mode=plan.noise_mode)
     if method == "enumerate":
-        flat, energy = _enumerate(args, dynamic, plan.noise_value, **common)
+        flat, energy = _enumerate(traced, dynamic, plan.noise_value, **common)
     else:
         if rng_key is None:
             raise ValueError("method 'gibbs' samples with NumPyro's DiscreteGibbs: pass "
                              "rng_key=jax.random.key(...)")
         check_rng_key(rng_key)
         sample_noise = noise if isinstance(noise, float) else None
-        flat, energy = _sample(rng_key, args, dynamic, plan.noise_value,
+        flat, energy = _sample(rng_key, traced, dynamic, plan.noise_value,
                                jnp.asarray(sample_noise if sample_noise is not None else 1.0),
                                sample_at_noise=sample_noise is not None,
                                num_warmup=num_warmup, num_samples=num_samples, **common)
@@ -113,9 +112,12 @@ def _noise_of(noise_mode, noise_value):
                                             else noise_value)
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
-def _enumerate(args, dynamic, noise_value, *, model, static_kwargs, layout, noise_mode):
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode"))
+def _enumerate(args, dynamic, noise_value, *, model, static_args, static_kwargs, layout,
+               noise_mode):
     kwargs = {**dynamic, **dict(static_kwargs)}
+    args = join_args(args, static_args)
     noise = _noise_of(noise_mode, noise_value)
     handled, _ = handled_program(model, noise)
     plain = run_program(model, args, kwargs)
@@ -129,11 +131,13 @@ def _enumerate(args, dynamic, noise_value, *, model, static_kwargs, layout, nois
     return flat, energy(flat.astype(jnp.result_type(float)))
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode",
-                                   "sample_at_noise", "num_warmup", "num_samples"))
-def _sample(rng_key, args, dynamic, noise_value, sample_noise, *, model, static_kwargs, layout,
-            noise_mode, sample_at_noise, num_warmup, num_samples):
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode", "sample_at_noise", "num_warmup",
+                                   "num_samples"))
+def _sample(rng_key, args, dynamic, noise_value, sample_noise, *, model, static_args,
+            static_kwargs, layout, noise_mode, sample_at_noise, num_warmup, num_samples):
     kwargs = {**dynamic, **dict(static_kwargs)}
+    args = join_args(args, static_args)
     sampled, _ = handled_program(model, sample_noise if sample_at_noise else "program")
     kernel = DiscreteGibbs(sampled)
     energy = program_energy(model, args, kwargs, layout, _noise_of(noise_mode, noise_value))

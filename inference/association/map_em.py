@@ -29,7 +29,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
@@ -42,7 +41,7 @@ from inference.association.map_states import (
 )
 from inference.association.program_sites import program_energy
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
-from inference.program.kwargs import split_model_kwargs
+from inference.program.kwargs import join_args, split_args, split_model_kwargs
 from ppl_models.validation import check_positive_int, check_rng_key
 
 __all__ = ["MapEMResult", "fit_map_em"]
@@ -175,7 +174,6 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     m_step_iterations = check_positive_int(m_step_iterations, "m_step_iterations")
-    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
     key_init, key_run = jax.random.split(rng_key)
     start_keys = jax.random.split(key_init, num_restarts)
     found = _param_sites(model, args, kwargs, start_keys[0])
@@ -200,13 +198,15 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
                            sites=sites, options=method_options,
                            rng_key=key_run if rng_key is not None else None)
     dynamic, static = split_model_kwargs(kwargs)
+    traced, static_args = split_args(args)
     constraints_key = tuple(sorted((name, _ConstraintKey(c)) for name, c in
                                    constraint_of.items()))
-    options = dict(model=wrapped, static_kwargs=static, layout=plan.layout,
+    options = dict(model=wrapped, static_args=static_args, static_kwargs=static,
+                   layout=plan.layout,
                    noise_mode=plan.noise_mode, solve_mode=plan.solve_mode, route=plan.route,
                    method=method, method_options=plan.options, constraints=constraints_key,
                    m_step_iterations=m_step_iterations)
-    closed_form = _is_quadratic(starts[0], args, dynamic, plan, options)
+    closed_form = _is_quadratic(starts[0], traced, dynamic, plan, options)
     options["closed_form"] = closed_form
     algorithm = Algorithm(_em_step, options=tuple(options.items()), name="fit_map_em")
     n, num = plan.layout.num_units, plan.layout.num_examples
@@ -216,8 +216,9 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
                      jnp.full(num_restarts, jnp.inf, dtype))
     params = (dynamic, jnp.asarray(plan.noise_value, dtype), jnp.asarray(plan.solve_noise, dtype),
               jnp.asarray(tol, dtype))
-    result = run(algorithm, states0, args, params, keys=jax.random.split(key_run, num_restarts),
-                 max_iterations=max_iterations, tol=tol, progress_bar=progress_bar)
+    result = run(algorithm, states0, (traced,), params,
+                 keys=jax.random.split(key_run, num_restarts), max_iterations=max_iterations,
+                 tol=tol, progress_bar=progress_bar)
     finals = result.state.objective
     best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
     state, trace, count, converged = select(result, best)
@@ -260,17 +261,19 @@ def _is_quadratic(unconstrained, args, dynamic, plan, options):
            for _, key in options["constraints"]):
         return False
     errors = _quadratic_misfits(unconstrained, args, dynamic, plan.noise_value,
-                                model=options["model"], static_kwargs=options["static_kwargs"],
+                                model=options["model"], static_args=options["static_args"],
+                                static_kwargs=options["static_kwargs"],
                                 layout=plan.layout, noise_mode=plan.noise_mode,
                                 constraints=options["constraints"])
     return bool(jnp.all(jnp.isfinite(errors)) and float(jnp.max(errors)) <= _RTOL)
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode",
-                                   "constraints"))
-def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, static_kwargs,
-                       layout, noise_mode, constraints):
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode", "constraints"))
+def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, static_args,
+                       static_kwargs, layout, noise_mode, constraints):
     kwargs = {**dynamic, **dict(static_kwargs)}
+    args = join_args(args, static_args)
     constraint_of = {name: key.constraint for name, key in constraints}
     states = jax.random.bernoulli(jax.random.key(1), 0.5,
                                   (layout.num_examples, layout.num_units))
@@ -293,7 +296,8 @@ def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, stat
     return jax.vmap(misfit)(directions)
 
 
-def _em_step(rng_key, state, data, params, shard=None, *, model, static_kwargs, layout,
+def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, static_kwargs,
+             layout,
              noise_mode, solve_mode, route, method, method_options, constraints,
              m_step_iterations, closed_form):
     """One EM iteration for one restart: map_states at the current parameters, then the
@@ -301,6 +305,7 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_kwargs, 
     del shard
     dynamic, noise_value, solve_noise, tol = params
     kwargs = {**dynamic, **dict(static_kwargs)}
+    data = join_args(data[0], static_args)
     constraint_of = {name: key.constraint for name, key in constraints}
     current = _constrain(state.params, constraint_of)
     args = (current, *data)

@@ -51,7 +51,7 @@ from inference.association.program_sites import (
 from inference.association.sweeps import geometric_schedule, keep_best
 from inference.program.energy import QuadraticEnergy
 from inference.program.handlers import map_gaussian
-from inference.program.kwargs import freeze_options, split_model_kwargs
+from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
 from ppl_models.distributions import ClippedNormal
 from ppl_models.validation import MissingKeyError, check_positive, check_rng_key
 
@@ -150,16 +150,16 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     """
     plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
                            options=method_options, rng_key=rng_key)
-    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    traced, static_args = split_args(args)
     dynamic, static = split_model_kwargs(kwargs)
     flat, energy, converged, trace = _solve(
-        args, dynamic, plan.solve_noise, rng_key, plan.setup, model=model,
-        static_kwargs=static, layout=plan.layout, noise_mode=plan.solve_mode, method=method,
-        route=plan.route, options=plan.options)
+        traced, dynamic, plan.solve_noise, rng_key, plan.setup, model=model,
+        static_args=static_args, static_kwargs=static, layout=plan.layout,
+        noise_mode=plan.solve_mode, method=method, route=plan.route, options=plan.options)
     if plan.solve_mode != plan.noise_mode:  # the energies of the program as written
-        energy = _program_energies(args, dynamic, flat.astype(jnp.result_type(float)),
-                                   model=model, static_kwargs=static, layout=plan.layout,
-                                   noise_mode=plan.noise_mode)
+        energy = _program_energies(traced, dynamic, flat.astype(jnp.result_type(float)),
+                                   model=model, static_args=static_args, static_kwargs=static,
+                                   layout=plan.layout, noise_mode=plan.noise_mode)
     return MapStatesResult(plan.layout.unflatten(flat.astype(jnp.int32)), energy, converged,
                            trace)
 
@@ -207,11 +207,11 @@ def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=N
             "the program has none; pass noise='program' for the MAP state of the program as "
             "written")
     dynamic, static = split_model_kwargs(kwargs)
-    args = tuple(jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    traced, static_args = split_args(args)
     noise_mode = None if noise is None else ("program" if noise == "program" else "float")
     noise_value = noise if isinstance(noise, float) else 1.0
-    common = dict(model=model, static_kwargs=static, layout=layout)
-    setup = _setup(args, dynamic, noise_value, noise_mode=noise_mode, **common)
+    common = dict(model=model, static_args=static_args, static_kwargs=static, layout=layout)
+    setup = _setup(traced, dynamic, noise_value, noise_mode=noise_mode, **common)
     if float(setup.outside_change) > _RTOL * (1.0 + float(setup.energy_scale)):
         raise ValueError("a site outside the example plate depends on the binary sites "
                          f"{list(layout.names)}: the examples are coupled, and map_states "
@@ -225,7 +225,7 @@ def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=N
         sigma0 = _uniform_noise(run_program(model, args, kwargs))
         if sigma0 is not None:
             solve_mode, solve_noise = "float", sigma0
-            solve_setup = _setup(args, dynamic, solve_noise, noise_mode=solve_mode, **common)
+            solve_setup = _setup(traced, dynamic, solve_noise, noise_mode=solve_mode, **common)
     directed = solve_setup.layer is not None and float(solve_setup.layer[2]) <= _RTOL
     factorised = directed and _factorised(solve_setup)
     n = layout.num_units
@@ -287,10 +287,12 @@ def _quadratic_form(energy, num_examples, n, dtype):
     return QuadraticEnergy(gradient + 0.5 * diagonal, hessian - jnp.diag(diagonal), constant)
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
-def _setup(args, dynamic, noise_value, *, model, static_kwargs, layout, noise_mode):
-    return setup_problem(model, args, {**dynamic, **dict(static_kwargs)}, layout, noise_mode,
-                         noise_value)
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode"))
+def _setup(args, dynamic, noise_value, *, model, static_args, static_kwargs, layout,
+           noise_mode):
+    return setup_problem(model, join_args(args, static_args), {**dynamic, **dict(static_kwargs)},
+                         layout, noise_mode, noise_value)
 
 
 def setup_problem(model, args, kwargs, layout, noise_mode, noise_value) -> _Setup:
@@ -354,19 +356,22 @@ def _normal_scale(fn):
     return fn.scale
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode"))
-def _program_energies(args, dynamic, states, *, model, static_kwargs, layout, noise_mode):
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode"))
+def _program_energies(args, dynamic, states, *, model, static_args, static_kwargs, layout,
+                      noise_mode):
     kwargs = {**dynamic, **dict(static_kwargs)}
-    return _energy_of(model, args, kwargs, layout, noise_mode, 1.0)(states)
+    return _energy_of(model, join_args(args, static_args), kwargs, layout, noise_mode,
+                      1.0)(states)
 
 
-@partial(jax.jit, static_argnames=("model", "static_kwargs", "layout", "noise_mode", "method",
-                                   "route", "options"))
-def _solve(args, dynamic, noise_value, rng_key, setup, *, model, static_kwargs, layout,
-           noise_mode, method, route, options):
-    return solve_problem(model, args, {**dynamic, **dict(static_kwargs)}, layout, noise_mode,
-                         noise_value, rng_key, setup, method=method, route=route,
-                         options=options)
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode", "method", "route", "options"))
+def _solve(args, dynamic, noise_value, rng_key, setup, *, model, static_args, static_kwargs,
+           layout, noise_mode, method, route, options):
+    return solve_problem(model, join_args(args, static_args),
+                         {**dynamic, **dict(static_kwargs)}, layout, noise_mode, noise_value,
+                         rng_key, setup, method=method, route=route, options=options)
 
 
 def solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key, setup, *,
