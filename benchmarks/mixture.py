@@ -1,7 +1,8 @@
 """Benchmark: full-covariance EM and k-means, ours against scikit-learn and gmmx.
 
 Compares, in one run, on the same planted data, the same start and the same
-machine (issue 6; seed 002 sec. 4, :mod:`inference.mixture.em`):
+machine (Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and
+new results on vector quantization", 1995, sec. 4; :mod:`inference.mixture.em`):
 
 * EM, full covariances (``"em"``): ours, :func:`inference.fit_mixture` with
   ``mode="stochastic", covariance="full", prune=False`` (pruning off, so that
@@ -71,7 +72,7 @@ stored into a float32 log-probability buffer), about 2x slower, so the float32
 start is its best. It is not the case that scikit-learn always computes in
 float64. KMeans computes in the data's dtype. gmmx accepts float32 only.
 
-Throughput (``shared/BENCHMARKING.md``), counted per iteration with the same
+Throughput, counted per iteration with the same
 nominal count for every peer (extra work a peer does, e.g. scikit-learn's
 final E-step or our criteria, is not counted; Cholesky factors and
 triangular inverses of the k (d, d) covariances, O(k d^3), are neglected):

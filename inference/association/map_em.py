@@ -196,7 +196,7 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     first = _constrain(starts[0], constraint_of)
     plan = plan_map_states(wrapped, (first, *args), kwargs, method=method, noise=noise,
                            sites=sites, options=method_options,
-                           rng_key=key_run if rng_key is not None else None)
+                           rng_key=key_run)
     dynamic, static = split_model_kwargs(kwargs)
     traced, static_args = split_args(args)
     constraints_key = tuple(sorted((name, _ConstraintKey(c)) for name, c in
