@@ -221,3 +221,28 @@ def test_a_fixed_site_through_condition(planted):
     fixed = handlers.condition(_free_mean, data={"mu": 0.0})
     np.testing.assert_array_equal(map_states(fixed, x, F).states["s"],
                                   associate(F, x).states)
+
+
+def counted(x, features, power):
+    """GVQ plus a factor -(number of units on)^power: quadratic in s for power 2 only."""
+    with numpyro.plate("data", x.shape[0]):
+        s = numpyro.sample("s", dist.Bernoulli(0.5).expand([features.shape[0]]).to_event(1))
+        numpyro.factor("count", -jnp.sum(s, axis=-1) ** power)
+        numpyro.sample("x", dist.Normal(s @ features, 0.1).to_event(1), obs=x)
+
+
+def test_a_kept_plan_is_checked_again_at_new_values(planted):
+    """map_states keeps its plan per program and shapes; a call whose values break it
+    (power 2 -> 3: the energy is no longer quadratic) is planned afresh, so the
+    quadratic methods refuse it and "exact" searches by brute force."""
+    x, F = planted.x[:6], planted.features
+    for power in (2.0, 3.0, 2.0):
+        best = _brute_force(counted, (x, F, power), {"s": (5,)}, 0.5)
+        result = map_states(counted, x, F, power, noise=0.5)
+        np.testing.assert_allclose(result.energy, best, rtol=1e-5, atol=1e-4, err_msg=power)
+        if power == 2.0:
+            map_states(counted, x, F, power, noise=0.5, method="br", rng_key=jax.random.key(0))
+        else:
+            with pytest.raises(ValueError, match="quadratic in the binary sites"):
+                map_states(counted, x, F, power, noise=0.5, method="br",
+                           rng_key=jax.random.key(0))

@@ -24,6 +24,7 @@ from its own log-density.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -148,20 +149,81 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     >>> map_states(program, x, F).states["s"].tolist()
     [[1, 0], [1, 1]]
     """
-    plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
-                           options=method_options, rng_key=rng_key)
+    noise = _check_call(method, noise, rng_key)
     traced, static_args = split_args(args)
     dynamic, static = split_model_kwargs(kwargs)
-    flat, energy, converged, trace = _solve(
-        traced, dynamic, plan.solve_noise, rng_key, plan.setup, model=model,
-        static_args=static_args, static_kwargs=static, layout=plan.layout,
-        noise_mode=plan.solve_mode, method=method, route=plan.route, options=plan.options)
+    key = _plan_key(model, traced, dynamic, static_args, static, method, noise, sites,
+                    method_options)
+    plan = _PLANS.get(key) if key is not None else None
+    cached = plan is not None
+    if not cached:
+        plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
+                               options=method_options, rng_key=rng_key)
+    common = dict(model=model, static_args=static_args, static_kwargs=static,
+                  layout=plan.layout)
+    solved = _fused(traced, dynamic, plan.solve_noise, rng_key, noise_mode=plan.solve_mode,
+                    method=method, route=plan.route, options=plan.options, **common)
+    flat, energy, converged, trace, checks = solved
+    if cached and plan_decisions(checks) != plan.decisions:
+        # The program's checks at these values disagree with the plan made for the
+        # same shapes: plan afresh (raising the error that applies, if one does).
+        plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
+                               options=method_options, rng_key=rng_key)
+        flat, energy, converged, trace, _ = _fused(
+            traced, dynamic, plan.solve_noise, rng_key, noise_mode=plan.solve_mode,
+            method=method, route=plan.route, options=plan.options, **common)
+    if key is not None:
+        _remember(key, plan)
     if plan.solve_mode != plan.noise_mode:  # the energies of the program as written
         energy = _program_energies(traced, dynamic, flat.astype(jnp.result_type(float)),
-                                   model=model, static_args=static_args, static_kwargs=static,
-                                   layout=plan.layout, noise_mode=plan.noise_mode)
+                                   noise_mode=plan.noise_mode, **common)
     return MapStatesResult(plan.layout.unflatten(flat.astype(jnp.int32)), energy, converged,
                            trace)
+
+
+#: Plans of recent calls, by program and argument shapes (see :func:`_plan_key`).
+_PLANS: OrderedDict = OrderedDict()
+_MAX_PLANS = 64
+
+
+def _plan_key(model, traced, dynamic, static_args, static_kwargs, method, noise, sites,
+              options):
+    """What a plan depends on besides the values of the arrays: the program, its static
+    arguments, the structure, shapes and dtypes of its array arguments, and the call's
+    settings. None when some part is not hashable, or with ``noise="program"`` (whose
+    solve noise is read from the program's values)."""
+    if isinstance(noise, str):
+        return None
+    leaves, treedef = jax.tree.flatten((traced, dynamic))
+    shapes = tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)
+    if sites is not None and not isinstance(sites, str):
+        sites = tuple(sites) if isinstance(sites, list | tuple) else sites
+    try:
+        key = (model, static_args, static_kwargs, treedef, shapes, method, noise is None,
+               sites, freeze_options(dict(options or {})))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _remember(key, plan):
+    _PLANS[key] = plan
+    _PLANS.move_to_end(key)
+    while len(_PLANS) > _MAX_PLANS:
+        _PLANS.popitem(last=False)
+
+
+def _check_call(method, noise, rng_key):
+    """The checks of a call's settings that need no trace of the program."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
+    noise = _check_noise(noise)
+    if METHODS[method].randomized and rng_key is None:
+        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
+    if rng_key is not None:
+        check_rng_key(rng_key)
+    return noise
 
 
 class Plan(NamedTuple):
@@ -173,7 +235,8 @@ class Plan(NamedTuple):
     the energy reported (None, ``"float"`` or ``"program"``); ``solve_mode``/
     ``solve_noise``: the energy solved (the program's own noise for ``"program"``
     with one noise level); ``setup``: the forms at the solve noise; ``options``: the
-    method's options, frozen.
+    method's options, frozen; ``decisions``: the checks' outcomes at the solve noise
+    (:func:`plan_decisions`), which a cached plan must meet again.
     """
 
     layout: BinarySites
@@ -184,21 +247,16 @@ class Plan(NamedTuple):
     solve_noise: float
     setup: Any
     options: tuple
+    decisions: tuple = ()
 
 
 def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=None,
                     rng_key=None) -> Plan:
     """Check the arguments and the program, and choose how to solve it (see
     :func:`map_states` for the arguments and the errors)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")
-    noise = _check_noise(noise)
+    noise = _check_call(method, noise, rng_key)
     options = dict(options or {})
     spec = METHODS[method]
-    if spec.randomized and rng_key is None:
-        raise MissingKeyError(f"method {method!r} is randomised: pass rng_key=jax.random.key(...)")
-    if rng_key is not None:
-        check_rng_key(rng_key)
     kwargs = dict(kwargs or {})
     layout = binary_sites(model, args, kwargs, sites)
     if noise != "program" and not has_gaussian_observation(run_program(model, args, kwargs)):
@@ -211,12 +269,12 @@ def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=N
     noise_mode = None if noise is None else ("program" if noise == "program" else "float")
     noise_value = noise if isinstance(noise, float) else 1.0
     common = dict(model=model, static_args=static_args, static_kwargs=static, layout=layout)
-    setup = _setup(traced, dynamic, noise_value, noise_mode=noise_mode, **common)
-    if float(setup.outside_change) > _RTOL * (1.0 + float(setup.energy_scale)):
+    setup, checks = _setup(traced, dynamic, noise_value, noise_mode=noise_mode, **common)
+    outside_ok, quadratic, _, _ = decisions = plan_decisions(checks)
+    if not outside_ok:
         raise ValueError("a site outside the example plate depends on the binary sites "
                          f"{list(layout.names)}: the examples are coupled, and map_states "
                          "needs them independent given the other sites")
-    quadratic = float(setup.misfit) <= _RTOL
     solve_setup, solve_mode, solve_noise = setup, noise_mode, noise_value
     if noise == "program" and quadratic:
         # With one noise sigma_0 on every observed Gaussian site, -log p is the energy at
@@ -225,9 +283,10 @@ def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=N
         sigma0 = _uniform_noise(run_program(model, args, kwargs))
         if sigma0 is not None:
             solve_mode, solve_noise = "float", sigma0
-            solve_setup = _setup(traced, dynamic, solve_noise, noise_mode=solve_mode, **common)
-    directed = solve_setup.layer is not None and float(solve_setup.layer[2]) <= _RTOL
-    factorised = directed and _factorised(solve_setup)
+            solve_setup, checks = _setup(traced, dynamic, solve_noise, noise_mode=solve_mode,
+                                         **common)
+            decisions = plan_decisions(checks)
+    directed, factorised = decisions[2], decisions[3]
     n = layout.num_units
     if method in QUADRATIC_METHODS and not quadratic:
         raise ValueError(
@@ -254,10 +313,11 @@ def plan_map_states(model, args, kwargs, *, method, noise, sites=None, options=N
         route = "brute"
     else:
         route = "quadratic"
-    if route != "quadratic":
+    if route != "quadratic" and solve_mode != noise_mode:
         solve_setup, solve_mode, solve_noise = setup, noise_mode, noise_value
+        decisions = plan_decisions(plan_checks(setup))
     return Plan(layout, route, noise_mode, noise_value, solve_mode, solve_noise, solve_setup,
-                freeze_options(options))
+                freeze_options(options), decisions)
 
 
 class _Setup(NamedTuple):
@@ -291,8 +351,35 @@ def _quadratic_form(energy, num_examples, n, dtype):
                                    "noise_mode"))
 def _setup(args, dynamic, noise_value, *, model, static_args, static_kwargs, layout,
            noise_mode):
-    return setup_problem(model, join_args(args, static_args), {**dynamic, **dict(static_kwargs)},
-                         layout, noise_mode, noise_value)
+    setup = setup_problem(model, join_args(args, static_args),
+                          {**dynamic, **dict(static_kwargs)}, layout, noise_mode, noise_value)
+    return setup, plan_checks(setup)
+
+
+def plan_checks(setup: _Setup) -> jax.Array:
+    """The checks' measures, each passed at or below 1: the coupling of the examples
+    through sites outside their plate, the quadratic form's misfit, the Gaussian layer's
+    misfit (its mean affine in the units), and the excess of the annealing family's
+    couplings over the layer's (a prior that couples no two units). Jittable."""
+    outside = setup.outside_change / (_RTOL * (1.0 + setup.energy_scale))
+    quadratic = setup.misfit / _RTOL
+    if setup.layer is None:
+        return jnp.stack([outside, quadratic, jnp.inf, jnp.inf])
+    features = setup.layer[0]
+    gaussian = 2.0 * features @ features.T
+    gaussian = gaussian - jnp.diag(jnp.diagonal(gaussian))
+    bound = _RTOL * (1.0 + jnp.max(jnp.abs(gaussian)))
+    excess = jnp.max(jnp.stack([jnp.max(jnp.abs(form.couplings - gaussian))
+                                for form in (setup.quadratic, setup.limit, setup.at_one)]))
+    return jnp.stack([outside, quadratic, setup.layer[2] / _RTOL, excess / bound])
+
+
+def plan_decisions(checks) -> tuple:
+    """(examples independent, energy quadratic, Gaussian layer affine, prior
+    factorised) from :func:`plan_checks`' measures (a NaN fails its check)."""
+    values = np.asarray(checks)
+    passed = [bool(v <= 1.0) for v in values]
+    return passed[0], passed[1], passed[2], passed[2] and passed[3] and passed[1]
 
 
 def setup_problem(model, args, kwargs, layout, noise_mode, noise_value) -> _Setup:
@@ -318,18 +405,6 @@ def setup_problem(model, args, kwargs, layout, noise_mode, noise_value) -> _Setu
         at_one = _quadratic_form(program_energy(model, args, kwargs, layout, 1.0), num, n,
                                  dtype)
     return _Setup(form, misfit, limit, at_one, layer, outside_change, scale)
-
-
-def _factorised(setup: _Setup) -> bool:
-    """Whether every energy of the annealing family couples the units only through the
-    Gaussian layer (2 F F^T): the target's, the limit's and the noise-1 form's couplings
-    are the layer's (the prior adds linear terms only)."""
-    features = setup.layer[0]
-    gaussian = 2.0 * features @ features.T
-    gaussian = gaussian - jnp.diag(jnp.diagonal(gaussian))
-    bound = _RTOL * (1.0 + float(jnp.max(jnp.abs(gaussian))))
-    return all(float(jnp.max(jnp.abs(form.couplings - gaussian))) <= bound
-               for form in (setup.quadratic, setup.limit, setup.at_one))
 
 
 def _uniform_noise(trace):
@@ -367,11 +442,16 @@ def _program_energies(args, dynamic, states, *, model, static_args, static_kwarg
 
 @partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
                                    "noise_mode", "method", "route", "options"))
-def _solve(args, dynamic, noise_value, rng_key, setup, *, model, static_args, static_kwargs,
-           layout, noise_mode, method, route, options):
-    return solve_problem(model, join_args(args, static_args),
-                         {**dynamic, **dict(static_kwargs)}, layout, noise_mode, noise_value,
-                         rng_key, setup, method=method, route=route, options=options)
+def _fused(args, dynamic, noise_value, rng_key, *, model, static_args, static_kwargs, layout,
+           noise_mode, method, route, options):
+    """The forms, the checks and the method in one compiled call: (flat states,
+    energies, converged, trace, the checks' measures)."""
+    args = join_args(args, static_args)
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    setup = setup_problem(model, args, kwargs, layout, noise_mode, noise_value)
+    solved = solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key,
+                           setup, method=method, route=route, options=options)
+    return (*solved, plan_checks(setup))
 
 
 def solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key, setup, *,
