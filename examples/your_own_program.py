@@ -21,8 +21,8 @@ MAP states; the table gives the mean energy (or the error a method gets), the ti
 a second call (compiled) and the share of examples at the exhaustive search's
 energy. Then :func:`inference.fit_map_em` learns the first two variants from data (4
 restarts) and the table compares the learned parameters' mean energy with the planted
-ones'; ``fit_gvq`` refuses the first variant written for it (its least squares would
-ignore the offset).
+ones'; ``fit_gvq`` learns the first variant written for it (offset given, without
+the Ising prior), which its least squares would get wrong, through ``fit_map_em``.
 
 Run: ``python examples/your_own_program.py [--quick] [--seed S] [--output-dir DIR]
 [--json]`` (about a minute on 2 CPU cores, most of it compilation).
@@ -217,13 +217,19 @@ def main(argv=None):
         print(f"{r['variant']:<15}{r['learned']:>10.4f} / {r['planted']:.4f} = {r['ratio']:.3f}"
               f"  (M-step {form}, {r['iterations']} iterations, {r['seconds']:.1f} s)")
     model, data, params, _ = variants["offset_ising"]
-    try:
-        fit_gvq(data, NUM_UNITS, model=_gvq_shaped_offset_ising, rng_key=key,
-                model_kwargs={"offset": params["offset"]})
-        refusal = "fit_gvq accepted the variant (unexpected)"
-    except ValueError as error:
-        refusal = str(error)
-    print(f"\nfit_gvq on the same variant: {refusal[:160]}...")
+    given = {"offset": params["offset"]}
+    reference = float(jnp.mean(map_states(_gvq_shaped_offset_ising, data,
+                                          features=params["features"], **given).energy))
+    start = time.perf_counter()
+    fitted = fit_gvq(data, NUM_UNITS, model=_gvq_shaped_offset_ising, rng_key=key,
+                     model_kwargs=given, num_restarts=2 * restarts)
+    through_gvq = dict(learned=float(fitted.error), planted=reference,
+                       ratio=float(fitted.error) / reference,
+                       seconds=time.perf_counter() - start)
+    print(f"\nfit_gvq on the variant written for it (offset given, features learned; its "
+          f"least squares would ignore the offset, so it learns through fit_map_em, "
+          f"{2 * restarts} restarts): mean energy {through_gvq['learned']:.4f} / planted "
+          f"{reference:.4f} = {through_gvq['ratio']:.3f}")
     exact_rows = [r for r in rows if r["method"] == "exact"]
     findings = {
         "numpyro_enumeration_equals_exact": all(
@@ -233,12 +239,12 @@ def main(argv=None):
         # parameters' energy; the sparse-coding ratio is shown for information (hard EM
         # on a learned prior can empty a unit whose prior falls).
         "offset_ising_learned_within_5_percent": learned[0]["ratio"] <= 1.05,
-        "fit_gvq_refuses_offset": "fit_map_em" in refusal,
+        "fit_gvq_learns_offset_variant_within_5_percent": through_gvq["ratio"] <= 1.05,
     }
     print("\nFindings: " + ", ".join(f"{k} = {v}" for k, v in findings.items()))
     figure(rows, out / "your_own_program.png")
     result = dict(settings=dict(num_examples=num_examples, restarts=restarts, seed=args.seed),
-                  association=rows, learning=learned, refusal=refusal, findings=findings,
+                  association=rows, learning=learned, fit_gvq=through_gvq, findings=findings,
                   exact=exact_rows)
     if args.json:
         (out / "your_own_program.json").write_text(json.dumps(result, indent=2))

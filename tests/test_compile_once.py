@@ -32,6 +32,8 @@ import warnings
 
 import jax
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 
 from inference import (
@@ -41,6 +43,7 @@ from inference import (
     fit_clipped_gaussian_stream,
     fit_gvq,
     fit_gvq_stream,
+    fit_map_em,
     fit_mcvq,
     fit_mcvq_stream,
     fit_mixture,
@@ -49,6 +52,7 @@ from inference import (
     fit_vb_mcvq,
     fit_vb_mixture,
     infer_states,
+    map_states,
     model_selection,
     reconstruct,
     select_num_components,
@@ -148,6 +152,15 @@ def spins(i):
     return s
 
 
+def gvq_with_params(x, num_features):
+    """GVQ with its features a ``numpyro.param`` (a user's program for fit_map_em)."""
+    features = numpyro.param(
+        "features", lambda k: x[jax.random.choice(k, x.shape[0], (num_features,), replace=False)])
+    with numpyro.plate("data", x.shape[0]):
+        s = numpyro.sample("s", dist.Bernoulli(0.5).expand([num_features]).to_event(1))
+        numpyro.sample("x", dist.Normal(s @ features, 0.1).to_event(1), obs=x)
+
+
 _MCVQ_FIT = {}
 
 
@@ -177,6 +190,11 @@ CASES = {
     "fit_gvq_stream": lambda i: fit_gvq_stream(planted(i)[1], 3, rng_key=key(i),
                                                max_iterations=3, num_restarts=2, batch_size=5),
     "associate_sets": lambda i: associate_sets(planted(i)[0], planted(i)[1], 1),
+    "map_states": lambda i: map_states(gvq.model, planted(i)[1], features=planted(i)[0]),
+    "map_states[br]": lambda i: map_states(gvq.model, planted(i)[1], features=planted(i)[0],
+                                           method="br", rng_key=key(i)),
+    "fit_map_em": lambda i: fit_map_em(gvq_with_params, planted(i)[1], 3, rng_key=key(i),
+                                       max_iterations=3, num_restarts=2),
     "fit_clipped_gaussian": lambda i: fit_clipped_gaussian(spins(i), 2),
     "fit_clipped_gaussian_stream": lambda i: fit_clipped_gaussian_stream(spins(i), 2,
                                                                          batch_size=30),
@@ -231,7 +249,7 @@ for _name in ("fit_mcvq", "fit_mcvq_stream", "fit_vb_mcvq", "fit_vb_mixture", "f
               "fit_mixture_stream", "select_num_components[J]", "fit_mixture[nearest]",
               "fit_mixture[mml pruning]", "infer_states", "reconstruct", "fit_clipped_gaussian",
               "fit_online_stream", "fit_gvq_stream", "fit_clipped_gaussian_stream",
-              "associate_sets"):
+              "associate_sets", "map_states[br]"):
     SLOW_CASES[_name] = CASES.pop(_name)
 
 

@@ -23,25 +23,32 @@ side by side, a progress bar, the trace.
 
 from __future__ import annotations
 
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import biject_to, constraints
 
 from inference.association.map_states import (
+    Plan,
+    plan_checks,
+    plan_decisions,
     plan_map_states,
     setup_problem,
     solve_problem,
 )
 from inference.association.program_sites import program_energy
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
-from inference.program.kwargs import join_args, split_args, split_model_kwargs
+from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive_int, check_rng_key
 
 __all__ = ["MapEMResult", "fit_map_em"]
@@ -70,6 +77,8 @@ class MapEMResult(NamedTuple):
         The final objective of every restart.
     closed_form : bool
         Whether the M-step was solved in closed form (else L-BFGS).
+    num_changed : int32 array (num_iterations,)
+        Examples whose states changed at each iteration's E-step.
     """
 
     params: dict
@@ -80,6 +89,7 @@ class MapEMResult(NamedTuple):
     trace: jax.Array
     restart_objectives: jax.Array
     closed_form: bool
+    num_changed: jax.Array | None = None
 
 
 class _WithParams:
@@ -108,6 +118,9 @@ class _State(NamedTuple):
 class _Info(NamedTuple):
     objective: jax.Array
     converged: jax.Array
+    m_step_failed: jax.Array  # the closed form met a Hessian that is not PSD
+    pattern_missed: jax.Array  # the Hessian had a non-zero outside the kept pattern
+    num_changed: jax.Array  # examples whose states changed
 
 
 def _param_sites(model, args, kwargs, rng_key):
@@ -128,8 +141,9 @@ def _unconstrain(params, constraint_of):
 def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
                max_iterations: int = 100, tol: float = 1e-6, num_restarts: int = 1,
                init_params: dict | None = None, noise=None, sites=None,
-               method_options: dict | None = None, m_step_iterations: int = 50,
-               progress_bar: bool = False, **kwargs) -> MapEMResult:
+               method_options: dict | None = None, m_step: str = "auto",
+               m_step_iterations: int = 50, progress_bar: bool = False,
+               **kwargs) -> MapEMResult:
     """Learn the ``numpyro.param`` sites of ``model(*args, **kwargs)`` by EM in the
     sigma -> 0 limit (or at ``noise``), its binary latent sites the hidden states.
 
@@ -159,6 +173,10 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
         The binary sites (default every latent Bernoulli site).
     method_options : dict, optional
         Options of the association method.
+    m_step : str
+        ``"auto"`` (default): in closed form when the mean energy is quadratic in the
+        parameters (detected by tracing), else L-BFGS; ``"closed"``: in closed form, an
+        error when it is not quadratic; ``"lbfgs"``: L-BFGS always.
     m_step_iterations : int
         L-BFGS steps per M-step when it has no closed form.
     progress_bar : bool
@@ -166,6 +184,12 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     Returns
     -------
     MapEMResult
+
+    The program's structure (its parameters, binary sites, how the E-step runs, whether
+    the M-step has a closed form and the sparsity of its Hessian) is worked out on the
+    first call and kept for later calls with the same program and argument shapes; every
+    call checks it again at its own values, in the compiled call that draws the initial
+    parameters, and works it out afresh where it no longer holds.
     """
     if rng_key is None:
         raise ValueError("fit_map_em draws its restarts' initial parameters: pass "
@@ -174,58 +198,201 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     max_iterations = check_positive_int(max_iterations, "max_iterations")
     num_restarts = check_positive_int(num_restarts, "num_restarts")
     m_step_iterations = check_positive_int(m_step_iterations, "m_step_iterations")
+    if m_step not in ("auto", "closed", "lbfgs"):
+        raise ValueError(f"m_step must be 'auto', 'closed' or 'lbfgs'; got {m_step!r}")
     key_init, key_run = jax.random.split(rng_key)
     start_keys = jax.random.split(key_init, num_restarts)
-    found = _param_sites(model, args, kwargs, start_keys[0])
+    init_params = {name: jnp.asarray(value) for name, value in dict(init_params or {}).items()}
+    dynamic, static = split_model_kwargs(kwargs)
+    traced, static_args = split_args(args)
+    wrapped = _WithParams(model)
+    key = _fit_key(model, traced, dynamic, static_args, static, init_params,
+                   (method, noise, sites, freeze_options(dict(method_options or {})), m_step))
+    prepared = _FITS.get(key) if key is not None else None
+    for attempt in range(2):
+        if prepared is None:
+            prepared = _prepare(model, args, kwargs, start_keys[0], init_params, method=method,
+                                noise=noise, sites=sites, method_options=method_options,
+                                m_step=m_step, rng_key=key_run)
+        starts, checks, misfits = _starts_and_checks(
+            start_keys, traced, dynamic, init_params, prepared.plan.solve_noise,
+            model=wrapped, static_args=static_args, static_kwargs=static,
+            layout=prepared.plan.layout, noise_mode=prepared.plan.solve_mode,
+            constraints=prepared.constraints, check_quadratic=prepared.closed_form)
+        if attempt or (plan_decisions(checks) == prepared.plan.decisions
+                       and prepared.closed_form == _quadratic(misfits)):
+            break
+        prepared = None  # the kept structure does not hold at these values: work it out
+    plan = prepared.plan
+    n, num = plan.layout.num_units, plan.layout.num_examples
+    dtype = jnp.result_type(float)
+    states0 = _State(starts, jnp.full((num_restarts, num, n), -1, jnp.int32),
+                     jnp.full(num_restarts, jnp.inf, dtype))
+    params = (dynamic, jnp.asarray(plan.noise_value, dtype), jnp.asarray(plan.solve_noise, dtype),
+              jnp.asarray(tol, dtype))
+    while True:
+        if key is not None:
+            _remember(key, prepared)
+        options = dict(model=wrapped, static_args=static_args, static_kwargs=static,
+                       layout=plan.layout, noise_mode=plan.noise_mode,
+                       solve_mode=plan.solve_mode, route=plan.route, method=method,
+                       method_options=plan.options, constraints=prepared.constraints,
+                       m_step_iterations=m_step_iterations, closed_form=prepared.closed_form,
+                       pattern=prepared.pattern)
+        algorithm = Algorithm(_em_step, options=tuple(options.items()), name="fit_map_em")
+        result = run(algorithm, states0, (traced,), params,
+                     keys=jax.random.split(key_run, num_restarts),
+                     max_iterations=max_iterations, tol=tol, progress_bar=progress_bar)
+        if prepared.pattern is None or not np.any(np.asarray(result.trace.pattern_missed)):
+            break
+        # A Hessian entry outside the sparsity found at the probes: fit again with the
+        # dense Hessian (and keep that for this program).
+        prepared = prepared._replace(pattern=None)
+    finals = result.state.objective
+    best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
+    state, trace, count, converged = select(result, best)
+    if not bool(jnp.isfinite(state.objective)):
+        warnings.warn("fit_map_em: every restart ended with a non-finite mean energy; check "
+                      "the program's parameters and their initial values", NumericalWarning,
+                      stacklevel=2)
+    failed = int(np.sum(np.asarray(trace.m_step_failed)))
+    if failed:
+        warnings.warn(f"fit_map_em: the closed-form M-step met a Hessian that is not positive "
+                      f"semi-definite at {failed} of {count} iterations and kept the "
+                      "parameters there; pass m_step='lbfgs'", NumericalWarning, stacklevel=2)
+    warn_not_converged("fit_map_em", converged, max_iterations)
+    constraint_of = {name: c.constraint for name, c in prepared.constraints}
+    return MapEMResult(_constrain(state.params, constraint_of),
+                       plan.layout.unflatten(state.states), float(state.objective), converged,
+                       count, trace.objective, finals, prepared.closed_form, trace.num_changed)
+
+
+class _Prepared(NamedTuple):
+    """What a fit works out from the program's structure (kept per program and shapes)."""
+
+    constraints: tuple  # (name, _ConstraintKey) of every numpyro.param site, sorted
+    plan: Plan  # the E-step's plan at the first start
+    closed_form: bool
+    pattern: _Pattern | None  # the Hessian's sparsity and its columns' colouring
+
+
+#: Prepared fits of recent calls, by program, argument shapes and settings.
+_FITS: OrderedDict = OrderedDict()
+_MAX_FITS = 32
+
+
+def _fit_key(model, traced, dynamic, static_args, static_kwargs, init_params, settings):
+    leaves, treedef = jax.tree.flatten((traced, dynamic, init_params))
+    shapes = tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)
+    method, noise, sites, options, m_step = settings
+    if isinstance(noise, str) or noise is None:
+        noise_kind = noise
+    else:
+        noise_kind = "float"
+    if sites is not None and not isinstance(sites, str):
+        sites = tuple(sites) if isinstance(sites, list | tuple) else sites
+    try:
+        key = (model, static_args, static_kwargs, treedef, shapes, method, noise_kind, sites,
+               options, m_step)
+        hash(key)
+    except TypeError:
+        return None
+    if noise_kind == "program":
+        return None  # its solve noise is read from the program's values
+    return key
+
+
+def _remember(key, prepared):
+    _FITS[key] = prepared
+    _FITS.move_to_end(key)
+    while len(_FITS) > _MAX_FITS:
+        _FITS.popitem(last=False)
+
+
+def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, sites,
+             method_options, m_step, rng_key) -> _Prepared:
+    """Check the program and work out its structure (eagerly, with clear errors)."""
+    found = _param_sites(model, args, kwargs, first_key)
     if not found:
         raise ValueError("the program has no numpyro.param site: fit_map_em learns the "
                          "program's parameters, written as numpyro.param(name, init)")
-    init_params = dict(init_params or {})
     unknown = sorted(set(init_params) - set(found))
     if unknown:
         raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
                          f"parameters are {sorted(found)}")
-    constraint_of = {name: constraint for name, (_, constraint) in found.items()}
-    starts = []
-    for key in start_keys:
-        values = {name: value for name, (value, _) in _param_sites(model, args, kwargs,
-                                                                   key).items()}
-        values.update({name: jnp.asarray(value) for name, value in init_params.items()})
-        starts.append(_unconstrain(values, constraint_of))
+    constraints_key = tuple(sorted((name, _ConstraintKey(constraint))
+                                   for name, (_, constraint) in found.items()))
+    first = {name: value for name, (value, _) in found.items()}
+    first.update(init_params)
     wrapped = _WithParams(model)
-    first = _constrain(starts[0], constraint_of)
     plan = plan_map_states(wrapped, (first, *args), kwargs, method=method, noise=noise,
-                           sites=sites, options=method_options,
-                           rng_key=key_run)
+                           sites=sites, options=method_options, rng_key=rng_key)
     dynamic, static = split_model_kwargs(kwargs)
     traced, static_args = split_args(args)
-    constraints_key = tuple(sorted((name, _ConstraintKey(c)) for name, c in
-                                   constraint_of.items()))
-    options = dict(model=wrapped, static_args=static_args, static_kwargs=static,
-                   layout=plan.layout,
-                   noise_mode=plan.noise_mode, solve_mode=plan.solve_mode, route=plan.route,
-                   method=method, method_options=plan.options, constraints=constraints_key,
-                   m_step_iterations=m_step_iterations)
-    closed_form = _is_quadratic(starts[0], traced, dynamic, plan, options)
-    options["closed_form"] = closed_form
-    algorithm = Algorithm(_em_step, options=tuple(options.items()), name="fit_map_em")
-    n, num = plan.layout.num_units, plan.layout.num_examples
-    dtype = jnp.result_type(float)
-    states0 = _State(jax.tree.map(lambda *v: jnp.stack(v), *starts),
-                     jnp.full((num_restarts, num, n), -1, jnp.int32),
-                     jnp.full(num_restarts, jnp.inf, dtype))
-    params = (dynamic, jnp.asarray(plan.noise_value, dtype), jnp.asarray(plan.solve_noise, dtype),
-              jnp.asarray(tol, dtype))
-    result = run(algorithm, states0, (traced,), params,
-                 keys=jax.random.split(key_run, num_restarts), max_iterations=max_iterations,
-                 tol=tol, progress_bar=progress_bar)
-    finals = result.state.objective
-    best = int(jnp.argmin(jnp.where(jnp.isnan(finals), jnp.inf, finals)))
-    state, trace, count, converged = select(result, best)
-    warn_not_converged("fit_map_em", converged, max_iterations)
-    return MapEMResult(_constrain(state.params, constraint_of),
-                       plan.layout.unflatten(state.states), float(state.objective), converged,
-                       count, trace.objective, finals, closed_form)
+    constraint_of = {name: c.constraint for name, c in constraints_key}
+    unconstrained = _unconstrain(first, constraint_of)
+    common = dict(model=wrapped, static_args=static_args, static_kwargs=static,
+                  layout=plan.layout, noise_mode=plan.noise_mode, constraints=constraints_key)
+    real = all(isinstance(c.constraint, type(constraints.real)) for _, c in constraints_key)
+    closed_form = False
+    if m_step != "lbfgs" and real:
+        closed_form = _quadratic(_quadratic_misfits(unconstrained, traced, dynamic,
+                                                    plan.noise_value, **common))
+    if m_step == "closed" and not closed_form:
+        raise ValueError("m_step='closed': the program's mean energy is not quadratic in its "
+                         f"parameters {sorted(found)} (or some carry a constraint); pass "
+                         "m_step='auto' or 'lbfgs'")
+    pattern = None
+    if closed_form:
+        hessian_support = _hessian_support(unconstrained, traced, dynamic, plan.noise_value,
+                                           **common)
+        pattern = _colouring(np.asarray(hessian_support))
+    return _Prepared(constraints_key, plan, closed_form, pattern)
+
+
+def _quadratic(misfits) -> bool:
+    misfits = np.asarray(misfits)
+    return bool(np.all(np.isfinite(misfits)) and np.max(misfits) <= _RTOL)
+
+
+def _initial_values(keys, args, dynamic, init_params, model, static_args, static_kwargs,
+                    constraint_of):
+    """The restarts' initial parameters (unconstrained, stacked): the program's own
+    initialisers under each key, ``init_params`` in place of some."""
+    args = join_args(args, static_args)
+    kwargs = {**dynamic, **dict(static_kwargs)}
+
+    def one(key):
+        trace = handlers.trace(handlers.seed(model.model, rng_seed=key)).get_trace(*args,
+                                                                                    **kwargs)
+        values = {name: site["value"] for name, site in trace.items()
+                  if site["type"] == "param"}
+        values.update(init_params)
+        return _unconstrain(values, constraint_of)
+
+    return jax.vmap(one)(keys)
+
+
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode", "constraints", "check_quadratic"))
+def _starts_and_checks(keys, args, dynamic, init_params, noise_value, *, model, static_args,
+                       static_kwargs, layout, noise_mode, constraints, check_quadratic):
+    """The initial parameters, and the checks of the kept structure at the first start:
+    the E-step's (:func:`inference.association.map_states.plan_checks`) and the M-step's
+    quadratic misfits (zeros when the M-step is L-BFGS)."""
+    constraint_of = {name: c.constraint for name, c in constraints}
+    starts = _initial_values(keys, args, dynamic, init_params, model, static_args,
+                             static_kwargs, constraint_of)
+    first = jax.tree.map(lambda leaf: leaf[0], starts)
+    full = join_args(args, static_args)
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    setup = setup_problem(model, (_constrain(first, constraint_of), *full), kwargs, layout,
+                          noise_mode, noise_value)
+    misfits = jnp.zeros(3)
+    if check_quadratic:
+        misfits = _misfits(first, args, dynamic, noise_value, model, static_args,
+                           static_kwargs, layout, noise_mode, constraint_of)
+    return starts, plan_checks(setup), misfits
 
 
 class _ConstraintKey:
@@ -253,30 +420,28 @@ def _mean_energy(unconstrained, states, args, kwargs, layout, noise_mode, noise_
     return jnp.mean(energy(states.astype(jnp.result_type(float))))
 
 
-def _is_quadratic(unconstrained, args, dynamic, plan, options):
-    """Whether the mean energy is quadratic in the parameters (all unconstrained), at the
-    first start and random binary states: value, gradient and Hessian at a point give it
-    exactly at three random other points."""
-    if any(not isinstance(key.constraint, type(constraints.real))
-           for _, key in options["constraints"]):
-        return False
-    errors = _quadratic_misfits(unconstrained, args, dynamic, plan.noise_value,
-                                model=options["model"], static_args=options["static_args"],
-                                static_kwargs=options["static_kwargs"],
-                                layout=plan.layout, noise_mode=plan.noise_mode,
-                                constraints=options["constraints"])
-    return bool(jnp.all(jnp.isfinite(errors)) and float(jnp.max(errors)) <= _RTOL)
+def _probe_states(layout, seed):
+    return jax.random.bernoulli(jax.random.key(seed), 0.5,
+                                (layout.num_examples, layout.num_units))
 
 
 @partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
                                    "noise_mode", "constraints"))
 def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, static_args,
                        static_kwargs, layout, noise_mode, constraints):
+    constraint_of = {name: key.constraint for name, key in constraints}
+    return _misfits(unconstrained, args, dynamic, noise_value, model, static_args,
+                    static_kwargs, layout, noise_mode, constraint_of)
+
+
+def _misfits(unconstrained, args, dynamic, noise_value, model, static_args, static_kwargs,
+             layout, noise_mode, constraint_of):
+    """Whether the mean energy is quadratic in the parameters (unconstrained), at
+    ``unconstrained`` and random binary states: value, gradient and Hessian there give it
+    at three random other points; returns the three relative misfits."""
     kwargs = {**dynamic, **dict(static_kwargs)}
     args = join_args(args, static_args)
-    constraint_of = {name: key.constraint for name, key in constraints}
-    states = jax.random.bernoulli(jax.random.key(1), 0.5,
-                                  (layout.num_examples, layout.num_units))
+    states = _probe_states(layout, 1)
     flat, unravel = ravel_pytree(unconstrained)
 
     def f(vector):
@@ -296,10 +461,67 @@ def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, stat
     return jax.vmap(misfit)(directions)
 
 
+@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
+                                   "noise_mode", "constraints"))
+def _hessian_support(unconstrained, args, dynamic, noise_value, *, model, static_args,
+                     static_kwargs, layout, noise_mode, constraints):
+    """Where the mean energy's Hessian in the parameters can be non-zero: the union of
+    its non-zeros at every unit off, every unit on and two random states (a coupling
+    gated by the states shows at one of them). None of the pattern when the parameters
+    are too many for a dense Hessian."""
+    constraint_of = {name: key.constraint for name, key in constraints}
+    kwargs = {**dynamic, **dict(static_kwargs)}
+    args = join_args(args, static_args)
+    flat, unravel = ravel_pytree(unconstrained)
+    shape = (layout.num_examples, layout.num_units)
+    probes = jnp.stack([jnp.zeros(shape, bool), jnp.ones(shape, bool),
+                        _probe_states(layout, 3), _probe_states(layout, 4)])
+
+    def support(states):
+        def f(vector):
+            return _mean_energy(unravel(vector), states, args, kwargs, layout, noise_mode,
+                                noise_value, constraint_of, model)
+        return jax.hessian(f)(flat) != 0
+
+    return jnp.any(jax.lax.map(support, probes), axis=0)
+
+
+def _colouring(support: np.ndarray):
+    """A colouring of the Hessian's columns in which no two columns of one colour share a
+    row (Curtis, Powell and Reid, "On the estimation of sparse Jacobian matrices", IMA
+    J. Appl. Math. 1974): one Hessian-vector product per colour gives every entry.
+    Returns (rows, cols, colours, num colours) of the non-zeros, or None when the
+    colouring saves little (half the columns or more)."""
+    size = support.shape[0]
+    if size > _DENSE_PARAMETERS:
+        return None
+    support = support | support.T
+    colours = np.zeros(size, int)
+    used = np.zeros((size, size + 1), bool)  # row -> colours of the columns it meets
+    for column in range(size):
+        rows = np.flatnonzero(support[:, column])
+        free = ~np.any(used[rows], axis=0) if rows.size else np.ones(size + 1, bool)
+        colours[column] = int(np.argmax(free))
+        used[rows, colours[column]] = True
+    count = int(colours.max()) + 1 if size else 0
+    if count * 2 > size:
+        return None
+    rows, cols = np.nonzero(support)
+    return _Pattern(rows, cols, colours, count)
+
+
+class _Pattern:
+    """The Hessian's non-zeros (``rows``, ``cols``) and its columns' ``colours``
+    (:func:`_colouring`); hashed by identity, as a static option of the compiled step
+    (a fit keeps the same object for its program and shapes)."""
+
+    def __init__(self, rows, cols, colours, count):
+        self.rows, self.cols, self.colours, self.count = rows, cols, colours, count
+
+
 def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, static_kwargs,
-             layout,
-             noise_mode, solve_mode, route, method, method_options, constraints,
-             m_step_iterations, closed_form):
+             layout, noise_mode, solve_mode, route, method, method_options, constraints,
+             m_step_iterations, closed_form, pattern):
     """One EM iteration for one restart: map_states at the current parameters, then the
     M-step on those states."""
     del shard
@@ -319,40 +541,70 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, st
         return _mean_energy(unconstrained, states, data, kwargs, layout, noise_mode,
                             noise_value, constraint_of, model)
 
+    missed = jnp.asarray(False)
     if closed_form:
-        new = _normal_equations(objective, state.params)
+        new, solved, missed = _normal_equations(objective, state.params, pattern)
     else:
-        new = _lbfgs(objective, state.params, m_step_iterations)
+        new, solved = _lbfgs(objective, state.params, m_step_iterations), jnp.asarray(True)
     value = objective(new)
     same = jnp.all(states == state.states)
     change = jnp.abs(state.objective - value) / jnp.maximum(jnp.abs(value), 1e-30)
     converged = same | (jnp.isfinite(state.objective) & (change <= tol))
-    return _State(new, states, value), _Info(value, converged)
+    changed = jnp.sum(jnp.any(states != state.states, axis=1)).astype(jnp.int32)
+    return _State(new, states, value), _Info(value, converged, ~solved, missed, changed)
 
 
-def _normal_equations(objective, params):
-    """The minimiser of a quadratic ``objective``: params - H^+ g (a pseudo-inverse, so
-    that parameters the states leave undetermined stay where they are)."""
+def _normal_equations(objective, params, pattern=None):
+    """The minimiser of a quadratic ``objective`` with a positive semi-definite Hessian H:
+    params - H^+ g. Returns (new params, solved, missed): ``solved`` is False where H is
+    not positive semi-definite (the parameters are then kept); ``missed`` is True where
+    H has a non-zero outside ``pattern`` (the caller then solves again without it).
+
+    H: with a ``pattern`` (:func:`_colouring`), one Hessian-vector product per colour,
+    checked against one more product in a random direction; else the dense Hessian. Up
+    to :data:`_DENSE_PARAMETERS` parameters: Cholesky of H + lambda I, lambda a
+    rounding-level ridge (so that parameters the states leave undetermined, H singular,
+    get no step), then two steps of iterative refinement on H itself, which remove the
+    ridge's bias on every well-determined direction. Beyond: conjugate gradients on
+    Hessian-vector products, from zero (which stay in the range of H).
+    """
     flat, unravel = ravel_pytree(params)
 
     def f(vector):
         return objective(unravel(vector))
 
-    gradient = jax.grad(f)(flat)
-    if flat.shape[0] <= _DENSE_PARAMETERS:
-        hessian = jax.hessian(f)(flat)
-        hessian = 0.5 * (hessian + hessian.T)
-        values, vectors = jnp.linalg.eigh(hessian)
-        cutoff = jnp.max(jnp.abs(values)) * flat.shape[0] * jnp.finfo(flat.dtype).eps * 10
-        inverse = jnp.where(values > cutoff, 1.0 / jnp.where(values > cutoff, values, 1.0),
-                            0.0)
-        delta = -(vectors * inverse) @ (vectors.T @ gradient)
-    else:
-        def hvp(vector):
-            return jax.jvp(jax.grad(f), (flat,), (vector,))[1]
+    def hvp(vector):
+        return jax.jvp(jax.grad(f), (flat,), (vector,))[1]
 
-        delta = jax.scipy.sparse.linalg.cg(hvp, -gradient, maxiter=flat.shape[0])[0]
-    return unravel(flat + delta)
+    gradient = jax.grad(f)(flat)
+    size = flat.shape[0]
+    missed = jnp.asarray(False)
+    if size > _DENSE_PARAMETERS:
+        delta = jax.scipy.sparse.linalg.cg(hvp, -gradient, maxiter=size)[0]
+        solved = jnp.all(jnp.isfinite(delta))
+        return unravel(flat + jnp.where(solved, delta, 0.0)), solved, missed
+    if pattern is None:
+        hessian = jax.hessian(f)(flat)
+    else:
+        seeds = jax.nn.one_hot(jnp.asarray(pattern.colours), pattern.count,
+                               dtype=flat.dtype).T
+        compressed = jax.vmap(hvp)(seeds)  # (colours, size): sums of same-colour columns
+        rows, cols = jnp.asarray(pattern.rows), jnp.asarray(pattern.cols)
+        entries = compressed[jnp.asarray(pattern.colours)[cols], rows]
+        hessian = jnp.zeros((size, size), flat.dtype).at[rows, cols].set(entries)
+        direction = jax.random.normal(jax.random.key(5), (size,), flat.dtype)
+        product = hvp(direction)
+        missed = ~(jnp.max(jnp.abs(product - hessian @ direction))
+                   <= 1e-3 * (jnp.max(jnp.abs(product)) + jnp.finfo(flat.dtype).tiny))
+    hessian = 0.5 * (hessian + hessian.T)
+    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diagonal(hessian))), jnp.finfo(flat.dtype).tiny)
+    ridge = scale * size * jnp.finfo(flat.dtype).eps * 10
+    factor = jax.scipy.linalg.cho_factor(hessian + ridge * jnp.eye(size, dtype=flat.dtype))
+    delta = jax.scipy.linalg.cho_solve(factor, -gradient)
+    for _ in range(2):
+        delta = delta + jax.scipy.linalg.cho_solve(factor, -gradient - hessian @ delta)
+    solved = jnp.all(jnp.isfinite(delta))
+    return unravel(flat + jnp.where(solved, delta, 0.0)), solved, missed
 
 
 def _lbfgs(objective, params, num_steps):

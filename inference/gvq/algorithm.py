@@ -42,7 +42,7 @@ from ppl_models import gvq
 
 __all__ = ["GVQState", "GVQInfo", "init", "step", "em_step", "em_algorithm", "init_states",
            "initial_features", "initial_set_features", "restart_features", "mean_error",
-           "m_step", "normal_equations_m_step", "check_program",
+           "m_step", "normal_equations_m_step", "check_program", "least_squares_misfit",
            "match_features"]
 
 
@@ -306,28 +306,36 @@ def check_program(model, x, kwargs, features, latent, noise):
         check_least_squares(model, x, kwargs, latent)
 
 
-def check_least_squares(model, x, kwargs, latent):
-    """fit_gvq's M-step solves min_F sum ||x - s F||^2: refuse a program whose limit
-    energy depends on the features otherwise (an offset, weights, a prior on F).
-
-    Compares the gradient in F of the program's sigma -> 0 energy with the least
-    squares' -2 S^T (x - S F) at random states and features (up to 64 examples).
-    """
+def least_squares_misfit(model, x, kwargs, latent) -> float:
+    """How far the features' least squares, min_F sum ||x - s F||^2, is from the
+    program's sigma -> 0 energy in F: the largest difference between the gradient in F
+    of that energy and the least squares' -2 S^T (x - S F), at random states and
+    features (up to 64 examples), relative to its scale. Small (<= 1e-3) when fit_gvq's
+    M-step is the program's; an offset, weights or a prior on F make it large."""
     features = jnp.asarray(kwargs["features"])
     rows = jnp.asarray(x[:64])
-    misfit = _least_squares_misfit(model, rows, features, latent,
-                                   tuple(sorted((k, v) for k, v in kwargs.items()
-                                                if k != "features" and _hashable(v))),
-                                   {k: v for k, v in kwargs.items()
-                                    if k != "features" and not _hashable(v)})
-    if not float(misfit) <= 1e-3:
+    return float(_least_squares_misfit(
+        model, rows, features, latent,
+        tuple(sorted((k, v) for k, v in kwargs.items() if k != "features" and _hashable(v))),
+        {k: v for k, v in kwargs.items() if k != "features" and not _hashable(v)}))
+
+
+#: Above this :func:`least_squares_misfit`, fit_gvq's M-step is not the program's.
+LEAST_SQUARES_RTOL = 1e-3
+
+
+def check_least_squares(model, x, kwargs, latent):
+    """fit_gvq's streamed M-step solves min_F sum ||x - s F||^2: refuse a program whose
+    limit energy depends on the features otherwise (:func:`least_squares_misfit`)."""
+    misfit = least_squares_misfit(model, x, kwargs, latent)
+    if not misfit <= LEAST_SQUARES_RTOL:
         raise ValueError(
-            "fit_gvq's M-step fits the features by least squares of ||x - s F||^2, and the "
+            "the least-squares M-step fits the features by ||x - s F||^2, and the "
             "program's sigma -> 0 energy depends on the features otherwise (its gradient "
-            f"in F differs by {float(misfit):.3g} of its scale): an offset, weights or a "
-            "prior that fit_gvq would ignore. Write the parameters as numpyro.param sites "
-            "and learn them with inference.fit_map_em, which maximises the program's own "
-            "log-density")
+            f"in F differs by {misfit:.3g} of its scale): an offset, weights or a "
+            "prior that it would ignore. Fit the data in memory with fit_gvq (which then "
+            "learns through inference.fit_map_em), or write the parameters as numpyro.param "
+            "sites and learn them with inference.fit_map_em")
 
 
 def _hashable(value):

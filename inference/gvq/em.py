@@ -1,4 +1,5 @@
-"""GVQ learning: EM in the sigma -> 0 limit (seed 000, sec. 3.1; ``shared/MODELS.md`` 1.4).
+"""GVQ learning: EM in the sigma -> 0 limit (Westerdijk and Wiegerinck, "Generative
+vector quantisation", ICANN 1999, sec. 3.1).
 
 The public fit :func:`fit_gvq`: it checks its arguments, builds the starts, runs the
 EM step of :mod:`inference.gvq.algorithm` through the engine
@@ -6,6 +7,13 @@ EM step of :mod:`inference.gvq.algorithm` through the engine
 trace, progress bar, checkpoints, sharding over devices) and returns the restart with
 the least error as a :class:`~inference.gvq.result.GVQResult`. A stream of batches is
 fitted by passes (:func:`inference.gvq.stream.fit_gvq_stream`).
+
+``fit_gvq`` is the GVQ case of :func:`inference.fit_map_em`: the same E-step, and its
+least-squares M-step is fit_map_em's closed form for a program whose sigma -> 0
+energy is ||x - s F||^2 (from the same start both take the same path; the tests and
+``benchmarks/your_own_program.py`` show it). A program of the user's whose energy
+depends on the features otherwise (an offset, weights, a prior on F) is learned by
+fit_map_em itself, its features a parameter of the program.
 """
 
 from __future__ import annotations
@@ -15,12 +23,15 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpyro
 
+from inference.association.map_em import fit_map_em
 from inference.engine import run, select, warn_not_converged
 from inference.engine.checkpoint import checkpointing
 from inference.engine.sharding import resolve_mesh
 from inference.engine.streaming import is_stream
 from inference.gvq.algorithm import (
+    LEAST_SQUARES_RTOL,
     GVQInfo,
     GVQState,
     check_program,
@@ -29,6 +40,7 @@ from inference.gvq.algorithm import (
     init_states,
     initial_features,
     initial_set_features,
+    least_squares_misfit,
     m_step,
     match_features,
     restart_features,
@@ -209,11 +221,22 @@ def fit_gvq(
                               num_sets=kwargs.get("num_sets"), binary=kwargs.get("binary", False))
     check_constraints(starts[0], x, method=method, model_kwargs=kwargs, rng_key=rng_key,
                       options=options)
-    check_program(model, x, kwargs, starts[0], latent, noise)
     if tol is None:
         tol = 1e-5 if method != "exact" else (1e-6 if kwargs.get("binary") else 0.0)
     if not isinstance(tol, int | float) or not tol >= 0:
         raise ValueError(f"tol must be a non-negative number; got {tol!r}")
+    if (model is not gvq.model and not kwargs.get("binary") and "num_sets" not in kwargs
+            and not least_squares_misfit(model, x, {**kwargs, "features": starts[0]},
+                                         latent) <= LEAST_SQUARES_RTOL):
+        return _fit_program(model, x, num_features, kwargs, method=method, rng_key=rng_key,
+                            max_iterations=max_iterations, num_restarts=num_restarts,
+                            init_features=init_features, latent=latent, noise=noise,
+                            progress_bar=progress_bar, tol=tol, options=options,
+                            unsupported=dict(devices=devices, mesh=mesh,
+                                             checkpoint_path=checkpoint_path,
+                                             checkpoint_every=checkpoint_every,
+                                             resume_from=resume_from))
+    check_program(model, x, kwargs, starts[0], latent, noise)
     dynamic, static = split_model_kwargs(kwargs)
     checkpointed = (checkpoint_path, checkpoint_every, resume_from) != (None, None, None)
     if checkpointed and (mesh is not None or progress_bar):
@@ -250,3 +273,55 @@ def fit_gvq(
         num_iterations=fitted.num_iterations[best], converged=jnp.asarray(converged),
         restart_errors=errors, sets=sets,
     )
+
+
+class _FeaturesParam:
+    """A GVQ-shaped program, ``model(x, features=F, **kwargs)``, with F a
+    ``numpyro.param`` drawn by :func:`initial_features` (hashable by the program, so that
+    fit_map_em compiles once per program)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x, num_features, **kwargs):
+        features = numpyro.param("features",
+                                 lambda key: initial_features(key, x, num_features))
+        return self.model(x, features=features, **kwargs)
+
+    def __hash__(self):
+        return hash((_FeaturesParam, self.model))
+
+    def __eq__(self, other):
+        return isinstance(other, _FeaturesParam) and other.model is self.model
+
+
+def _fit_program(model, x, num_features, kwargs, *, method, rng_key, max_iterations,
+                 num_restarts, init_features, latent, noise, progress_bar, tol, options,
+                 unsupported):
+    """fit_gvq on a program whose sigma -> 0 energy is not least squares in F: EM with the
+    program's own M-step (:func:`inference.fit_map_em`), the features its parameter."""
+    given = sorted(name for name, value in unsupported.items() if value is not None)
+    if given:
+        raise ValueError(
+            f"{', '.join(given)}: the program's sigma -> 0 energy is not least squares in the "
+            "features (an offset, weights or a prior on F), so fit_gvq learns it through "
+            "inference.fit_map_em, which runs in memory on one device without checkpoints")
+    init_params = None
+    if init_features is not None:
+        init_features = jnp.asarray(init_features)
+        if init_features.ndim != 2:
+            raise ValueError(
+                "init_features: the program is learned through inference.fit_map_em, whose "
+                "restarts share one start; pass one array (num_features, dim), got shape "
+                f"{init_features.shape}")
+        init_params = {"features": init_features}
+    fitted = fit_map_em(_FeaturesParam(model), jnp.asarray(x), num_features, method=method,
+                        rng_key=rng_key, max_iterations=max_iterations, tol=tol,
+                        num_restarts=num_restarts, init_params=init_params, noise=noise,
+                        sites=latent, method_options=options, progress_bar=progress_bar,
+                        **kwargs)
+    return GVQResult(
+        features=fitted.params["features"], states=fitted.states[latent],
+        error=jnp.asarray(fitted.objective), trace=GVQTrace(fitted.trace, fitted.num_changed),
+        num_iterations=fitted.num_iterations, converged=jnp.asarray(fitted.converged),
+        restart_errors=fitted.restart_objectives, sets=None)
