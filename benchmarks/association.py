@@ -20,8 +20,8 @@ experiments, Fig. 4b; every visible unit has all n features as parents):
   It is skipped ("n/a") above 2^20 states (n = 24, 32);
 * peer ``DiscreteGibbs``: ``inference.gvq.baselines._gibbs_states``, the jitted
   core of ``gibbs_associate``: NumPyro's ``DiscreteGibbs`` (the discrete half
-  of ``DiscreteHMCGibbs``, which cannot run with F fixed: the program then has
-  no continuous site for the HMC half), one chain per example under ``vmap``,
+  of ``DiscreteHMCGibbs``, whose NUTS half has nothing to move with F fixed:
+  the program then has no continuous site), one chain per example under ``vmap``,
   a fixed budget of ``--gibbs-warmup`` + ``--gibbs-samples`` (50 + 50) sweeps
   on ``--gibbs-examples`` (1000) examples
   at observation noise ``--gibbs-sigmas`` (0.3, the data's noise, where

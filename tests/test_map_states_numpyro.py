@@ -1,6 +1,6 @@
 """numpyro_map_states: NumPyro's generic inference on a user's program, the peer of
-map_states (infer_discrete at temperature 0 where the program enumerates, DiscreteGibbs
-where it does not)."""
+map_states (infer_discrete at temperature 0 where the program enumerates, NumPyro's
+discrete samplers where it does not)."""
 
 import jax
 import jax.numpy as jnp
@@ -39,12 +39,16 @@ def test_enumeration_is_the_exact_map_state(planted, noise):
     np.testing.assert_allclose(peer.energy, ours.energy, rtol=1e-5, atol=1e-5)
 
 
-def test_sampler_never_beats_exact_and_reports_its_states_energy(planted):
+@pytest.mark.parametrize("sampler", [
+    "discrete_hmc_gibbs",
+    pytest.param("mixed_hmc", marks=pytest.mark.slow),
+    pytest.param("gibbs", marks=pytest.mark.slow)])
+def test_sampler_never_beats_exact_and_reports_its_states_energy(planted, sampler):
     F = planted.features[:3]
     x = jax.random.bernoulli(jax.random.key(2), 0.5, (6, 3)).astype(jnp.float32) @ F
     kwargs = dict(features=F, split_states=True, enumerate_states=False, sigma=1.0)
     exact = map_states(gvq.model, x, noise="program", **kwargs)
-    peer = numpyro_map_states(gvq.model, x, method="gibbs", noise="program",
+    peer = numpyro_map_states(gvq.model, x, method=sampler, noise="program",
                               rng_key=jax.random.key(0), num_samples=100, **kwargs)
     assert np.all(np.asarray(peer.energy) >= np.asarray(exact.energy) - 1e-4)
     # Its energies are the program's at its states (no gap is claimed: single-site
@@ -54,7 +58,7 @@ def test_sampler_never_beats_exact_and_reports_its_states_energy(planted):
     energy = program_energy(gvq.model, (x,), kwargs, layout, "program")(states)
     np.testing.assert_allclose(peer.energy, energy, rtol=1e-6)
     with pytest.raises(ValueError, match="rng_key"):
-        numpyro_map_states(gvq.model, x, method="gibbs", noise="program", **kwargs)
+        numpyro_map_states(gvq.model, x, method=sampler, noise="program", **kwargs)
 
 
 def test_a_vector_valued_site_is_refused_with_the_reason(planted):

@@ -6,13 +6,18 @@
 * ``infer_discrete(temperature=0)`` (max-product over the enumerated sites) where an
   example has at most :data:`MAX_ENUMERATED_UNITS` units: the exact MAP state of the
   target energy (the program under ``noiseless``, ``observation_noise`` or as written);
-* ``DiscreteGibbs`` sampling where it has more: one chain over all the examples, the
+* MCMC where it has more: ``DiscreteHMCGibbs`` (Gibbs updates of the discrete sites,
+  alternating with NUTS on the continuous ones, which are fixed here; the default),
+  ``MixedHMC`` (Zhou,
+  "Mixed Hamiltonian Monte Carlo for mixed discrete and continuous variables",
+  NeurIPS 2020) or plain ``DiscreteGibbs``: one chain over all the examples, the
   program sampled at a finite noise (``noise`` when it is a float, else the program as
   written), the state of lowest target energy among the samples kept for every example.
 
-Both need every binary site to hold one unit per plate cell (units as separate sites,
+All need every binary site to hold one unit per plate cell (units as separate sites,
 or in a plate of their own): NumPyro enumerates no vector-valued ``Bernoulli(p)
-.to_event(1)`` site, and such a program gets an error saying so.
+.to_event(1)`` site (nor do its discrete samplers), and such a program gets an error
+saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate, infer_discrete
+from numpyro.infer import HMC, NUTS, DiscreteHMCGibbs, MixedHMC
 from numpyro.infer.gibbs import DiscreteGibbs
 
 from inference.association.map_states import MapStatesResult, plan_map_states
@@ -31,7 +37,10 @@ from inference.association.program_sites import handled_program, program_energy,
 from inference.program.kwargs import join_args, split_args, split_model_kwargs
 from ppl_models.validation import check_positive_int, check_rng_key
 
-__all__ = ["numpyro_map_states", "MAX_ENUMERATED_UNITS"]
+__all__ = ["numpyro_map_states", "MAX_ENUMERATED_UNITS", "SAMPLERS"]
+
+#: The samplers, by method name: NumPyro's kernels for programs that cannot be enumerated.
+SAMPLERS = ("discrete_hmc_gibbs", "mixed_hmc", "gibbs")
 
 #: Enumeration builds a tensor with one dimension per unit of an example.
 MAX_ENUMERATED_UNITS = 20
@@ -49,12 +58,14 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
     method : str
         ``"enumerate"``: ``infer_discrete(temperature=0)``, the exact MAP state (every
         binary site one unit per plate cell, at most :data:`MAX_ENUMERATED_UNITS` units
-        per example); ``"gibbs"``: ``DiscreteGibbs`` sampling (one unit per plate cell);
-        ``"auto"`` (default): enumerate where the program allows it, else sample.
+        per example); a sampler (one unit per plate cell): ``"discrete_hmc_gibbs"``
+        (``DiscreteHMCGibbs`` around ``NUTS``), ``"mixed_hmc"`` (``MixedHMC`` around
+        ``HMC``) or ``"gibbs"`` (``DiscreteGibbs``); ``"auto"`` (default): enumerate
+        where the program allows it, else ``"discrete_hmc_gibbs"``.
     rng_key : jax.random key, optional
-        Needed by the sampler.
+        Needed by the samplers.
     num_warmup, num_samples : int
-        Sweeps of ``DiscreteGibbs`` (all samples, warm-up included, are scored).
+        Iterations of the sampler (all samples, warm-up included, are scored).
 
     Returns
     -------
@@ -62,8 +73,9 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
         ``converged`` is True (enumeration is exact; the sampler has no stopping rule
         of its own); ``trace`` is None.
     """
-    if method not in ("auto", "enumerate", "gibbs"):
-        raise ValueError(f"method must be 'auto', 'enumerate' or 'gibbs'; got {method!r}")
+    if method not in ("auto", "enumerate", *SAMPLERS):
+        raise ValueError(f"method must be 'auto', 'enumerate' or one of {list(SAMPLERS)}; "
+                         f"got {method!r}")
     num_warmup = check_positive_int(num_warmup, "num_warmup")
     num_samples = check_positive_int(num_samples, "num_samples")
     plan = plan_map_states(model, args, kwargs, method="exact", noise=noise, sites=sites)
@@ -77,10 +89,11 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
             "can enumerate them. Write the units as separate sites (as gvq.model does with "
             "split_states=True) or in a plate of their own")
     if method == "auto":
-        method = "enumerate" if layout.num_units <= MAX_ENUMERATED_UNITS else "gibbs"
+        method = ("enumerate" if layout.num_units <= MAX_ENUMERATED_UNITS
+                  else "discrete_hmc_gibbs")
     if method == "enumerate" and layout.num_units > MAX_ENUMERATED_UNITS:
         raise ValueError(f"method 'enumerate': an example has {layout.num_units} units, more "
-                         f"than {MAX_ENUMERATED_UNITS}; use method='gibbs'")
+                         f"than {MAX_ENUMERATED_UNITS}; use a sampler, one of {list(SAMPLERS)}")
     dynamic, static = split_model_kwargs(kwargs)
     traced, static_args = split_args(args)
     common = dict(model=model, static_args=static_args, static_kwargs=static, layout=layout,
@@ -89,13 +102,13 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
         flat, energy = _enumerate(traced, dynamic, plan.noise_value, **common)
     else:
         if rng_key is None:
-            raise ValueError("method 'gibbs' samples with NumPyro's DiscreteGibbs: pass "
+            raise ValueError(f"method {method!r} samples with NumPyro's MCMC: pass "
                              "rng_key=jax.random.key(...)")
         check_rng_key(rng_key)
         sample_noise = noise if isinstance(noise, float) else None
         flat, energy = _sample(rng_key, traced, dynamic, plan.noise_value,
                                jnp.asarray(sample_noise if sample_noise is not None else 1.0),
-                               sample_at_noise=sample_noise is not None,
+                               sample_at_noise=sample_noise is not None, sampler=method,
                                num_warmup=num_warmup, num_samples=num_samples, **common)
     return MapStatesResult(layout.unflatten(flat), energy,
                            jnp.ones(layout.num_examples, bool), None)
@@ -132,14 +145,20 @@ def _enumerate(args, dynamic, noise_value, *, model, static_args, static_kwargs,
 
 
 @partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
-                                   "noise_mode", "sample_at_noise", "num_warmup",
+                                   "noise_mode", "sample_at_noise", "sampler", "num_warmup",
                                    "num_samples"))
 def _sample(rng_key, args, dynamic, noise_value, sample_noise, *, model, static_args,
-            static_kwargs, layout, noise_mode, sample_at_noise, num_warmup, num_samples):
+            static_kwargs, layout, noise_mode, sample_at_noise, sampler, num_warmup,
+            num_samples):
     kwargs = {**dynamic, **dict(static_kwargs)}
     args = join_args(args, static_args)
     sampled, _ = handled_program(model, sample_noise if sample_at_noise else "program")
-    kernel = DiscreteGibbs(sampled)
+    if sampler == "discrete_hmc_gibbs":
+        kernel = DiscreteHMCGibbs(NUTS(sampled))
+    elif sampler == "mixed_hmc":
+        kernel = MixedHMC(HMC(sampled, trajectory_length=1.2))
+    else:
+        kernel = DiscreteGibbs(sampled)
     energy = program_energy(model, args, kwargs, layout, _noise_of(noise_mode, noise_value))
     dtype = jnp.result_type(float)
     state = kernel.init(rng_key, num_warmup, None, args, kwargs)
