@@ -16,6 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 
 from inference import fit_gvq, fit_gvq_stream, fit_map_em, map_states
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models import gvq
 
 N, NUM_UNITS, DIM = 200, 5, 8
@@ -153,6 +154,11 @@ def test_bad_input_names_the_argument(planted):
     with pytest.raises(ValueError, match="num_restarts"):
         fit_map_em(offset_ising, planted.x, COUPLINGS, rng_key=jax.random.key(0),
                    num_restarts=0)
+    # Numerical trouble is a warning and a flag, never a silent NaN.
+    with pytest.warns(NumericalWarning, match="non-finite mean energy"):
+        result = fit_map_em(offset_ising, planted.x, COUPLINGS, rng_key=jax.random.key(0),
+                            init_params={"offset": jnp.full(DIM, 1e30)}, max_iterations=2)
+    assert not np.isfinite(result.objective)
 
 
 def test_sparse_hessian_is_the_dense_one_and_a_wrong_pattern_is_caught():
