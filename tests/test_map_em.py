@@ -208,12 +208,12 @@ def test_m_step_choice_and_a_second_call_from_the_kept_structure(planted, learne
     # and the fit runs again with the dense Hessian.
     from inference.association import map_em
 
-    for key, prepared in list(map_em._FITS.items()):
+    for key, prepared in map_em._FITS.items():
         if prepared.pattern is not None:
             size = len(prepared.pattern.colours)
             diagonal = np.arange(size)
-            map_em._FITS[key] = prepared._replace(
-                pattern=map_em._Pattern(diagonal, diagonal, np.zeros(size, int), 1))
+            map_em._FITS.put(key, prepared._replace(
+                pattern=map_em._Pattern(diagonal, diagonal, np.zeros(size, int), 1)))
     dense = fit_map_em(offset_ising, planted.x, COUPLINGS, rng_key=jax.random.key(0),
                        num_restarts=4, max_iterations=50)
     assert dense.objective == pytest.approx(learned.objective, rel=1e-5)

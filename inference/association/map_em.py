@@ -24,7 +24,6 @@ side by side, a progress bar, the trace.
 from __future__ import annotations
 
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
@@ -47,6 +46,7 @@ from inference.association.map_states import (
 )
 from inference.association.program_sites import program_energy
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
+from inference.program.cache import SignatureCache, sites_key
 from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive_int, check_rng_key
@@ -208,7 +208,7 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     wrapped = _WithParams(model)
     key = _fit_key(model, traced, dynamic, static_args, static, init_params,
                    (method, noise, sites, freeze_options(dict(method_options or {})), m_step))
-    prepared = _FITS.get(key) if key is not None else None
+    prepared = _FITS.get(key)
     for attempt in range(2):
         if prepared is None:
             prepared = _prepare(model, args, kwargs, start_keys[0], init_params, method=method,
@@ -231,8 +231,7 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
     params = (dynamic, jnp.asarray(plan.noise_value, dtype), jnp.asarray(plan.solve_noise, dtype),
               jnp.asarray(tol, dtype))
     while True:
-        if key is not None:
-            _remember(key, prepared)
+        _FITS.put(key, prepared)
         options = dict(model=wrapped, static_args=static_args, static_kwargs=static,
                        layout=plan.layout, noise_mode=plan.noise_mode,
                        solve_mode=plan.solve_mode, route=plan.route, method=method,
@@ -277,36 +276,16 @@ class _Prepared(NamedTuple):
 
 
 #: Prepared fits of recent calls, by program, argument shapes and settings.
-_FITS: OrderedDict = OrderedDict()
-_MAX_FITS = 32
+_FITS = SignatureCache(32)
 
 
 def _fit_key(model, traced, dynamic, static_args, static_kwargs, init_params, settings):
-    leaves, treedef = jax.tree.flatten((traced, dynamic, init_params))
-    shapes = tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)
     method, noise, sites, options, m_step = settings
-    if isinstance(noise, str) or noise is None:
-        noise_kind = noise
-    else:
-        noise_kind = "float"
-    if sites is not None and not isinstance(sites, str):
-        sites = tuple(sites) if isinstance(sites, list | tuple) else sites
-    try:
-        key = (model, static_args, static_kwargs, treedef, shapes, method, noise_kind, sites,
-               options, m_step)
-        hash(key)
-    except TypeError:
-        return None
-    if noise_kind == "program":
-        return None  # its solve noise is read from the program's values
-    return key
-
-
-def _remember(key, prepared):
-    _FITS[key] = prepared
-    _FITS.move_to_end(key)
-    while len(_FITS) > _MAX_FITS:
-        _FITS.popitem(last=False)
+    if isinstance(noise, str):
+        return None  # "program": its solve noise is read from the program's values
+    settings = (method, noise is None, sites_key(sites), options, m_step)
+    return SignatureCache.signature(model, (traced, dynamic, init_params),
+                                    (static_args, static_kwargs), settings)
 
 
 def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, sites,

@@ -24,7 +24,6 @@ from its own log-density.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
@@ -50,6 +49,7 @@ from inference.association.program_sites import (
     run_program,
 )
 from inference.association.sweeps import geometric_schedule, keep_best
+from inference.program.cache import SignatureCache, sites_key
 from inference.program.energy import QuadraticEnergy
 from inference.program.handlers import map_gaussian
 from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
@@ -154,7 +154,7 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     dynamic, static = split_model_kwargs(kwargs)
     key = _plan_key(model, traced, dynamic, static_args, static, method, noise, sites,
                     method_options)
-    plan = _PLANS.get(key) if key is not None else None
+    plan = _PLANS.get(key)
     cached = plan is not None
     if not cached:
         plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
@@ -172,8 +172,7 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
         flat, energy, converged, trace, _ = _fused(
             traced, dynamic, plan.solve_noise, rng_key, noise_mode=plan.solve_mode,
             method=method, route=plan.route, options=plan.options, **common)
-    if key is not None:
-        _remember(key, plan)
+    _PLANS.put(key, plan)
     if plan.solve_mode != plan.noise_mode:  # the energies of the program as written
         energy = _program_energies(traced, dynamic, flat.astype(jnp.result_type(float)),
                                    noise_mode=plan.noise_mode, **common)
@@ -182,8 +181,7 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
 
 
 #: Plans of recent calls, by program and argument shapes (see :func:`_plan_key`).
-_PLANS: OrderedDict = OrderedDict()
-_MAX_PLANS = 64
+_PLANS = SignatureCache(64)
 
 
 def _plan_key(model, traced, dynamic, static_args, static_kwargs, method, noise, sites,
@@ -194,24 +192,13 @@ def _plan_key(model, traced, dynamic, static_args, static_kwargs, method, noise,
     solve noise is read from the program's values)."""
     if isinstance(noise, str):
         return None
-    leaves, treedef = jax.tree.flatten((traced, dynamic))
-    shapes = tuple((np.shape(leaf), jnp.result_type(leaf)) for leaf in leaves)
-    if sites is not None and not isinstance(sites, str):
-        sites = tuple(sites) if isinstance(sites, list | tuple) else sites
     try:
-        key = (model, static_args, static_kwargs, treedef, shapes, method, noise is None,
-               sites, freeze_options(dict(options or {})))
-        hash(key)
+        settings = (method, noise is None, sites_key(sites),
+                    freeze_options(dict(options or {})))
     except TypeError:
         return None
-    return key
-
-
-def _remember(key, plan):
-    _PLANS[key] = plan
-    _PLANS.move_to_end(key)
-    while len(_PLANS) > _MAX_PLANS:
-        _PLANS.popitem(last=False)
+    return SignatureCache.signature(model, (traced, dynamic), (static_args, static_kwargs),
+                                    settings)
 
 
 def _check_call(method, noise, rng_key):
