@@ -16,8 +16,8 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 
 from inference import fit_gvq, fit_gvq_stream, fit_map_em, map_states
-from ppl_models.diagnostics import NumericalWarning
 from ppl_models import gvq
+from ppl_models.diagnostics import NumericalWarning
 
 N, NUM_UNITS, DIM = 200, 5, 8
 OFFSET = jnp.linspace(-1.0, 1.0, DIM)
@@ -166,7 +166,7 @@ def test_sparse_hessian_is_the_dense_one_and_a_wrong_pattern_is_caught():
     of its sparsity pattern (GVQ: features of one output dimension couple only among
     themselves, so the units' count of colours suffices); it equals the dense solve, and a
     pattern that misses entries is reported (the fit then solves densely)."""
-    from inference.association.map_em import _colouring, _normal_equations, _Pattern
+    from inference.association.m_step import Pattern, colouring, normal_equations
 
     key_s, key_x, key_f = jax.random.split(jax.random.key(9), 3)
     states = jax.random.bernoulli(key_s, 0.5, (40, 4)).astype(jnp.float32)
@@ -179,10 +179,10 @@ def test_sparse_hessian_is_the_dense_one_and_a_wrong_pattern_is_caught():
     params = {"features": jax.random.normal(key_f, (4, 3)), "offset": jnp.zeros(3)}
     flat, unravel = jax.flatten_util.ravel_pytree(params)
     support = np.asarray(jax.hessian(lambda v: objective(unravel(v)))(flat)) != 0
-    pattern = _colouring(support)
+    pattern = colouring(support)
     assert pattern.count == 5  # the four units and the offset, against 15 parameters
     def solve(pattern):
-        return jax.jit(lambda p: _normal_equations(objective, p, pattern))(params)
+        return jax.jit(lambda p: normal_equations(objective, p, pattern))(params)
 
     dense, solved, _ = solve(None)
     sparse, solved_sparse, missed = solve(pattern)
@@ -194,7 +194,7 @@ def test_sparse_hessian_is_the_dense_one_and_a_wrong_pattern_is_caught():
     np.testing.assert_allclose(sparse["offset"], solution[0], atol=1e-4)
     np.testing.assert_allclose(sparse["features"], solution[1:], atol=1e-4)
     diagonal = np.arange(flat.shape[0])
-    wrong = _Pattern(diagonal, diagonal, np.zeros(flat.shape[0], int), 1)
+    wrong = Pattern(diagonal, diagonal, np.zeros(flat.shape[0], int), 1)
     assert bool(solve(wrong)[2])
 
 
@@ -207,13 +207,14 @@ def test_m_step_choice_and_a_second_call_from_the_kept_structure(planted, learne
     # A kept sparsity pattern that misses the Hessian's entries is caught in the M-step,
     # and the fit runs again with the dense Hessian.
     from inference.association import map_em
+    from inference.association.m_step import Pattern
 
     for key, prepared in map_em._FITS.items():
         if prepared.pattern is not None:
             size = len(prepared.pattern.colours)
             diagonal = np.arange(size)
             map_em._FITS.put(key, prepared._replace(
-                pattern=map_em._Pattern(diagonal, diagonal, np.zeros(size, int), 1)))
+                pattern=Pattern(diagonal, diagonal, np.zeros(size, int), 1)))
     dense = fit_map_em(offset_ising, planted.x, COUPLINGS, rng_key=jax.random.key(0),
                        num_restarts=4, max_iterations=50)
     assert dense.objective == pytest.approx(learned.objective, rel=1e-5)

@@ -1,10 +1,12 @@
 """EM in the sigma -> 0 limit for any NumPyro program with binary latent sites: :func:`fit_map_em`.
 
-The learning rule of Westerdijk and Wiegerinck's GVQ (an E-step that associates every
-example with its best binary state, an M-step that refits the parameters to those
-states) on a user's own program. The E-step is :func:`inference.map_states` with any
-association method; the M-step minimises the mean energy of the examples at their
-states over the program's continuous ``numpyro.param`` sites:
+The learning rule of GVQ (M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic
+generative models for fast feature discovery", Data Mining and Knowledge Discovery
+5(4), 2001, sec. 3.1: an E-step that associates every example with its best binary
+state, an M-step that refits the parameters to those states) on a user's own
+program. The E-step is :func:`inference.map_states` with any association method;
+the M-step minimises the mean energy of the examples at their states over the
+program's continuous ``numpyro.param`` sites:
 
 * in closed form when that energy is quadratic in the parameters (detected by
   tracing: its second-order expansion matches it at random points), by solving the
@@ -31,11 +33,22 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.distributions import biject_to, constraints
+from numpyro.distributions import constraints
 
+from inference.association.m_step import (
+    ConstraintKey,
+    Pattern,
+    colouring,
+    constrain,
+    hessian_support,
+    lbfgs,
+    mean_energy,
+    normal_equations,
+    quadratic_misfits,
+    quadratic_misfits_of,
+    unconstrain,
+)
 from inference.association.map_states import (
     Plan,
     plan_checks,
@@ -44,7 +57,6 @@ from inference.association.map_states import (
     setup_problem,
     solve_problem,
 )
-from inference.association.program_sites import program_energy
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
 from inference.program.cache import SignatureCache, sites_key
 from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
@@ -53,8 +65,6 @@ from ppl_models.validation import check_positive_int, check_rng_key
 
 __all__ = ["MapEMResult", "fit_map_em"]
 
-#: Parameters at most for the dense normal equations (else conjugate gradients).
-_DENSE_PARAMETERS = 4096
 _RTOL = 1e-4
 
 
@@ -128,14 +138,6 @@ def _param_sites(model, args, kwargs, rng_key):
     trace = handlers.trace(handlers.seed(model, rng_seed=rng_key)).get_trace(*args, **kwargs)
     return {name: (site["value"], site["kwargs"].get("constraint", constraints.real))
             for name, site in trace.items() if site["type"] == "param"}
-
-
-def _constrain(params, constraint_of):
-    return {name: biject_to(constraint_of[name])(value) for name, value in params.items()}
-
-
-def _unconstrain(params, constraint_of):
-    return {name: biject_to(constraint_of[name]).inv(value) for name, value in params.items()}
 
 
 def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
@@ -261,7 +263,7 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
                       "parameters there; pass m_step='lbfgs'", NumericalWarning, stacklevel=2)
     warn_not_converged("fit_map_em", converged, max_iterations)
     constraint_of = {name: c.constraint for name, c in prepared.constraints}
-    return MapEMResult(_constrain(state.params, constraint_of),
+    return MapEMResult(constrain(state.params, constraint_of),
                        plan.layout.unflatten(state.states), float(state.objective), converged,
                        count, trace.objective, finals, prepared.closed_form, trace.num_changed)
 
@@ -269,10 +271,10 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
 class _Prepared(NamedTuple):
     """What a fit works out from the program's structure (kept per program and shapes)."""
 
-    constraints: tuple  # (name, _ConstraintKey) of every numpyro.param site, sorted
+    constraints: tuple  # (name, ConstraintKey) of every numpyro.param site, sorted
     plan: Plan  # the E-step's plan at the first start
     closed_form: bool
-    pattern: _Pattern | None  # the Hessian's sparsity and its columns' colouring
+    pattern: Pattern | None  # the Hessian's sparsity and its columns' colouring
 
 
 #: Prepared fits of recent calls, by program, argument shapes and settings.
@@ -299,7 +301,7 @@ def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, site
     if unknown:
         raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
                          f"parameters are {sorted(found)}")
-    constraints_key = tuple(sorted((name, _ConstraintKey(constraint))
+    constraints_key = tuple(sorted((name, ConstraintKey(constraint))
                                    for name, (_, constraint) in found.items()))
     first = {name: value for name, (value, _) in found.items()}
     first.update(init_params)
@@ -309,13 +311,13 @@ def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, site
     dynamic, static = split_model_kwargs(kwargs)
     traced, static_args = split_args(args)
     constraint_of = {name: c.constraint for name, c in constraints_key}
-    unconstrained = _unconstrain(first, constraint_of)
+    unconstrained = unconstrain(first, constraint_of)
     common = dict(model=wrapped, static_args=static_args, static_kwargs=static,
                   layout=plan.layout, noise_mode=plan.noise_mode, constraints=constraints_key)
     real = all(isinstance(c.constraint, type(constraints.real)) for _, c in constraints_key)
     closed_form = False
     if m_step != "lbfgs" and real:
-        closed_form = _quadratic(_quadratic_misfits(unconstrained, traced, dynamic,
+        closed_form = _quadratic(quadratic_misfits(unconstrained, traced, dynamic,
                                                     plan.noise_value, **common))
     if m_step == "closed" and not closed_form:
         raise ValueError("m_step='closed': the program's mean energy is not quadratic in its "
@@ -323,9 +325,8 @@ def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, site
                          "m_step='auto' or 'lbfgs'")
     pattern = None
     if closed_form:
-        hessian_support = _hessian_support(unconstrained, traced, dynamic, plan.noise_value,
-                                           **common)
-        pattern = _colouring(np.asarray(hessian_support))
+        support = hessian_support(unconstrained, traced, dynamic, plan.noise_value, **common)
+        pattern = colouring(np.asarray(support))
     return _Prepared(constraints_key, plan, closed_form, pattern)
 
 
@@ -347,7 +348,7 @@ def _initial_values(keys, args, dynamic, init_params, model, static_args, static
         values = {name: site["value"] for name, site in trace.items()
                   if site["type"] == "param"}
         values.update(init_params)
-        return _unconstrain(values, constraint_of)
+        return unconstrain(values, constraint_of)
 
     return jax.vmap(one)(keys)
 
@@ -365,137 +366,13 @@ def _starts_and_checks(keys, args, dynamic, init_params, noise_value, *, model, 
     first = jax.tree.map(lambda leaf: leaf[0], starts)
     full = join_args(args, static_args)
     kwargs = {**dynamic, **dict(static_kwargs)}
-    setup = setup_problem(model, (_constrain(first, constraint_of), *full), kwargs, layout,
+    setup = setup_problem(model, (constrain(first, constraint_of), *full), kwargs, layout,
                           noise_mode, noise_value)
     misfits = jnp.zeros(3)
     if check_quadratic:
-        misfits = _misfits(first, args, dynamic, noise_value, model, static_args,
-                           static_kwargs, layout, noise_mode, constraint_of)
+        misfits = quadratic_misfits_of(first, args, dynamic, noise_value, model, static_args,
+                                       static_kwargs, layout, noise_mode, constraint_of)
     return starts, plan_checks(setup), misfits
-
-
-class _ConstraintKey:
-    """A constraint as a hashable, comparable option (by identity of the object)."""
-
-    def __init__(self, constraint):
-        self.constraint = constraint
-
-    def __hash__(self):
-        return id(self.constraint)
-
-    def __eq__(self, other):
-        return isinstance(other, _ConstraintKey) and other.constraint is self.constraint
-
-    def __lt__(self, other):
-        return id(self.constraint) < id(other.constraint)
-
-
-def _mean_energy(unconstrained, states, args, kwargs, layout, noise_mode, noise_value,
-                 constraint_of, model):
-    params = _constrain(unconstrained, constraint_of)
-    noise = None if noise_mode is None else ("program" if noise_mode == "program"
-                                             else noise_value)
-    energy = program_energy(model, (params, *args), kwargs, layout, noise)
-    return jnp.mean(energy(states.astype(jnp.result_type(float))))
-
-
-def _probe_states(layout, seed):
-    return jax.random.bernoulli(jax.random.key(seed), 0.5,
-                                (layout.num_examples, layout.num_units))
-
-
-@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
-                                   "noise_mode", "constraints"))
-def _quadratic_misfits(unconstrained, args, dynamic, noise_value, *, model, static_args,
-                       static_kwargs, layout, noise_mode, constraints):
-    constraint_of = {name: key.constraint for name, key in constraints}
-    return _misfits(unconstrained, args, dynamic, noise_value, model, static_args,
-                    static_kwargs, layout, noise_mode, constraint_of)
-
-
-def _misfits(unconstrained, args, dynamic, noise_value, model, static_args, static_kwargs,
-             layout, noise_mode, constraint_of):
-    """Whether the mean energy is quadratic in the parameters (unconstrained), at
-    ``unconstrained`` and random binary states: value, gradient and Hessian there give it
-    at three random other points; returns the three relative misfits."""
-    kwargs = {**dynamic, **dict(static_kwargs)}
-    args = join_args(args, static_args)
-    states = _probe_states(layout, 1)
-    flat, unravel = ravel_pytree(unconstrained)
-
-    def f(vector):
-        return _mean_energy(unravel(vector), states, args, kwargs, layout, noise_mode,
-                            noise_value, constraint_of, model)
-
-    value, gradient = jax.value_and_grad(f)(flat)
-    directions = jax.random.normal(jax.random.key(2), (3, flat.shape[0]), flat.dtype)
-    directions = directions * (1.0 + jnp.abs(flat))
-
-    def misfit(delta):
-        curvature = jax.jvp(jax.grad(f), (flat,), (delta,))[1] @ delta
-        predicted = value + gradient @ delta + 0.5 * curvature
-        actual = f(flat + delta)
-        return jnp.abs(actual - predicted) / (1.0 + jnp.abs(actual) + jnp.abs(predicted))
-
-    return jax.vmap(misfit)(directions)
-
-
-@partial(jax.jit, static_argnames=("model", "static_args", "static_kwargs", "layout",
-                                   "noise_mode", "constraints"))
-def _hessian_support(unconstrained, args, dynamic, noise_value, *, model, static_args,
-                     static_kwargs, layout, noise_mode, constraints):
-    """Where the mean energy's Hessian in the parameters can be non-zero: the union of
-    its non-zeros at every unit off, every unit on and two random states (a coupling
-    gated by the states shows at one of them). None of the pattern when the parameters
-    are too many for a dense Hessian."""
-    constraint_of = {name: key.constraint for name, key in constraints}
-    kwargs = {**dynamic, **dict(static_kwargs)}
-    args = join_args(args, static_args)
-    flat, unravel = ravel_pytree(unconstrained)
-    shape = (layout.num_examples, layout.num_units)
-    probes = jnp.stack([jnp.zeros(shape, bool), jnp.ones(shape, bool),
-                        _probe_states(layout, 3), _probe_states(layout, 4)])
-
-    def support(states):
-        def f(vector):
-            return _mean_energy(unravel(vector), states, args, kwargs, layout, noise_mode,
-                                noise_value, constraint_of, model)
-        return jax.hessian(f)(flat) != 0
-
-    return jnp.any(jax.lax.map(support, probes), axis=0)
-
-
-def _colouring(support: np.ndarray):
-    """A colouring of the Hessian's columns in which no two columns of one colour share a
-    row (Curtis, Powell and Reid, "On the estimation of sparse Jacobian matrices", IMA
-    J. Appl. Math. 1974): one Hessian-vector product per colour gives every entry.
-    Returns (rows, cols, colours, num colours) of the non-zeros, or None when the
-    colouring saves little (half the columns or more)."""
-    size = support.shape[0]
-    if size > _DENSE_PARAMETERS:
-        return None
-    support = support | support.T
-    colours = np.zeros(size, int)
-    used = np.zeros((size, size + 1), bool)  # row -> colours of the columns it meets
-    for column in range(size):
-        rows = np.flatnonzero(support[:, column])
-        free = ~np.any(used[rows], axis=0) if rows.size else np.ones(size + 1, bool)
-        colours[column] = int(np.argmax(free))
-        used[rows, colours[column]] = True
-    count = int(colours.max()) + 1 if size else 0
-    if count * 2 > size:
-        return None
-    rows, cols = np.nonzero(support)
-    return _Pattern(rows, cols, colours, count)
-
-
-class _Pattern:
-    """The Hessian's non-zeros (``rows``, ``cols``) and its columns' ``colours``
-    (:func:`_colouring`); hashed by identity, as a static option of the compiled step
-    (a fit keeps the same object for its program and shapes)."""
-
-    def __init__(self, rows, cols, colours, count):
-        self.rows, self.cols, self.colours, self.count = rows, cols, colours, count
 
 
 def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, static_kwargs,
@@ -508,7 +385,7 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, st
     kwargs = {**dynamic, **dict(static_kwargs)}
     data = join_args(data[0], static_args)
     constraint_of = {name: key.constraint for name, key in constraints}
-    current = _constrain(state.params, constraint_of)
+    current = constrain(state.params, constraint_of)
     args = (current, *data)
     setup = setup_problem(model, args, kwargs, layout, solve_mode, solve_noise)
     flat, _, _, _ = solve_problem(model, args, kwargs, layout, solve_mode, solve_noise,
@@ -517,14 +394,14 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, st
     states = flat.astype(jnp.int32)
 
     def objective(unconstrained):
-        return _mean_energy(unconstrained, states, data, kwargs, layout, noise_mode,
+        return mean_energy(unconstrained, states, data, kwargs, layout, noise_mode,
                             noise_value, constraint_of, model)
 
     missed = jnp.asarray(False)
     if closed_form:
-        new, solved, missed = _normal_equations(objective, state.params, pattern)
+        new, solved, missed = normal_equations(objective, state.params, pattern)
     else:
-        new, solved = _lbfgs(objective, state.params, m_step_iterations), jnp.asarray(True)
+        new, solved = lbfgs(objective, state.params, m_step_iterations), jnp.asarray(True)
     value = objective(new)
     same = jnp.all(states == state.states)
     change = jnp.abs(state.objective - value) / jnp.maximum(jnp.abs(value), 1e-30)
@@ -533,70 +410,3 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, st
     return _State(new, states, value), _Info(value, converged, ~solved, missed, changed)
 
 
-def _normal_equations(objective, params, pattern=None):
-    """The minimiser of a quadratic ``objective`` with a positive semi-definite Hessian H:
-    params - H^+ g. Returns (new params, solved, missed): ``solved`` is False where H is
-    not positive semi-definite (the parameters are then kept); ``missed`` is True where
-    H has a non-zero outside ``pattern`` (the caller then solves again without it).
-
-    H: with a ``pattern`` (:func:`_colouring`), one Hessian-vector product per colour,
-    checked against one more product in a random direction; else the dense Hessian. Up
-    to :data:`_DENSE_PARAMETERS` parameters: Cholesky of H + lambda I, lambda a
-    rounding-level ridge (so that parameters the states leave undetermined, H singular,
-    get no step), then two steps of iterative refinement on H itself, which remove the
-    ridge's bias on every well-determined direction. Beyond: conjugate gradients on
-    Hessian-vector products, from zero (which stay in the range of H).
-    """
-    flat, unravel = ravel_pytree(params)
-
-    def f(vector):
-        return objective(unravel(vector))
-
-    def hvp(vector):
-        return jax.jvp(jax.grad(f), (flat,), (vector,))[1]
-
-    gradient = jax.grad(f)(flat)
-    size = flat.shape[0]
-    missed = jnp.asarray(False)
-    if size > _DENSE_PARAMETERS:
-        delta = jax.scipy.sparse.linalg.cg(hvp, -gradient, maxiter=size)[0]
-        solved = jnp.all(jnp.isfinite(delta))
-        return unravel(flat + jnp.where(solved, delta, 0.0)), solved, missed
-    if pattern is None:
-        hessian = jax.hessian(f)(flat)
-    else:
-        seeds = jax.nn.one_hot(jnp.asarray(pattern.colours), pattern.count,
-                               dtype=flat.dtype).T
-        compressed = jax.vmap(hvp)(seeds)  # (colours, size): sums of same-colour columns
-        rows, cols = jnp.asarray(pattern.rows), jnp.asarray(pattern.cols)
-        entries = compressed[jnp.asarray(pattern.colours)[cols], rows]
-        hessian = jnp.zeros((size, size), flat.dtype).at[rows, cols].set(entries)
-        direction = jax.random.normal(jax.random.key(5), (size,), flat.dtype)
-        product = hvp(direction)
-        missed = ~(jnp.max(jnp.abs(product - hessian @ direction))
-                   <= 1e-3 * (jnp.max(jnp.abs(product)) + jnp.finfo(flat.dtype).tiny))
-    hessian = 0.5 * (hessian + hessian.T)
-    scale = jnp.maximum(jnp.max(jnp.abs(jnp.diagonal(hessian))), jnp.finfo(flat.dtype).tiny)
-    ridge = scale * size * jnp.finfo(flat.dtype).eps * 10
-    factor = jax.scipy.linalg.cho_factor(hessian + ridge * jnp.eye(size, dtype=flat.dtype))
-    delta = jax.scipy.linalg.cho_solve(factor, -gradient)
-    for _ in range(2):
-        delta = delta + jax.scipy.linalg.cho_solve(factor, -gradient - hessian @ delta)
-    solved = jnp.all(jnp.isfinite(delta))
-    return unravel(flat + jnp.where(solved, delta, 0.0)), solved, missed
-
-
-def _lbfgs(objective, params, num_steps):
-    """``num_steps`` of L-BFGS (optax, with its zoom line search) from ``params``."""
-    solver = optax.lbfgs()
-    value_and_grad = optax.value_and_grad_from_state(objective)
-
-    def body(carry, _):
-        params, opt_state = carry
-        value, grad = value_and_grad(params, state=opt_state)
-        updates, opt_state = solver.update(grad, opt_state, params, value=value, grad=grad,
-                                           value_fn=objective)
-        return (optax.apply_updates(params, updates), opt_state), None
-
-    (params, _), _ = jax.lax.scan(body, (params, solver.init(params)), None, length=num_steps)
-    return params

@@ -1,8 +1,10 @@
 """The most probable binary states of any NumPyro program: :func:`map_states`.
 
-The association methods of Westerdijk and Wiegerinck's generative vector quantisation
-(every method of :data:`inference.association.base.METHODS`) run on a user's own
-program, not only on GVQ: the program is traced, its binary latent sites are found
+The association methods of generative vector quantisation (sec. 4 of M. Westerdijk,
+D. Barber and W. Wiegerinck, "Deterministic generative models for fast feature
+discovery", Data Mining and Knowledge Discovery 5(4), 2001; every method of
+:data:`inference.association.base.METHODS`) run on a user's own program, not only
+on GVQ: the program is traced, its binary latent sites are found
 (:mod:`inference.association.program_sites`), and its energy of their states is read
 from its own log-density.
 
@@ -33,13 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
-from inference.association.annealing import END_SIGMA, NUM_SWEEPS, START_SIGMA
 from inference.association.base import (
     MAX_EXACT_FEATURES,
     METHODS,
     AssociationProblem,
     exact_search,
 )
+from inference.association.program_search import brute_force, generic_gibbs
 from inference.association.program_sites import (
     BinarySites,
     binary_sites,
@@ -48,7 +50,6 @@ from inference.association.program_sites import (
     program_energy,
     run_program,
 )
-from inference.association.sweeps import geometric_schedule, keep_best
 from inference.program.cache import SignatureCache, sites_key
 from inference.program.energy import QuadraticEnergy
 from inference.program.handlers import map_gaussian
@@ -64,8 +65,6 @@ ANY_ENERGY_METHODS = ("exact", "gibbs")
 QUADRATIC_METHODS = ("bp", "br", "mf", "br+mf", "dbp", "dbr")
 #: Relative misfit above which an energy is not quadratic (or a mean not affine).
 _RTOL = 1e-4
-#: Elements of the (candidate states x examples) block of the brute-force search.
-_BRUTE_BLOCK = 1 << 18
 
 
 class MapStatesResult(NamedTuple):
@@ -449,11 +448,11 @@ def solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key,
     options = dict(options)
     dtype = jnp.result_type(float)
     if route == "brute":
-        states = _brute_force(energy, layout.num_examples, layout.num_units, dtype,
+        states = brute_force(energy, layout.num_examples, layout.num_units, dtype,
                               options.get("chunk_size"))
         return states, energy(states.astype(dtype)), jnp.ones(layout.num_examples, bool), None
     if route == "generic":
-        return _generic_gibbs(energy, rng_key, layout.num_examples, layout.num_units, dtype,
+        return generic_gibbs(energy, rng_key, layout.num_examples, layout.num_units, dtype,
                               **options)
     if method == "exact":
         states, _ = exact_search(setup.quadratic, chunk_size=options.get("chunk_size"))
@@ -469,66 +468,3 @@ def solve_problem(model, args, kwargs, layout, noise_mode, noise_value, rng_key,
                                  lambda s: energy(s.astype(dtype)))
     result = METHODS[method].run(problem, rng_key=rng_key, **options)
     return result.states, result.energy, result.converged, result.trace
-
-
-def _brute_force(energy, num_examples, n, dtype, chunk_size=None):
-    """Every example's best of the 2^n joint states, the program evaluated at each."""
-    total = 1 << n
-    chunk = chunk_size or max(1, _BRUTE_BLOCK // max(num_examples, 1))
-    chunk = min(total, 1 << (int(chunk).bit_length() - 1))
-    bits = jnp.arange(n, dtype=jnp.int32)
-
-    def body(carry, k):
-        best_energy, best_index = carry
-        index = k * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        candidates = ((index[:, None] >> bits) & 1).astype(dtype)  # (chunk, n)
-        energies = jax.vmap(lambda c: energy(jnp.broadcast_to(c, (num_examples, n))))(
-            candidates)  # (chunk, examples)
-        energies = jnp.where(jnp.isnan(energies), jnp.inf, energies)
-        lowest = jnp.min(energies, axis=0)
-        first = jnp.argmin(energies, axis=0).astype(jnp.int32)
-        better = lowest < best_energy
-        return (jnp.where(better, lowest, best_energy),
-                jnp.where(better, k * chunk + first, best_index)), None
-
-    init = (jnp.full(num_examples, jnp.inf, dtype), jnp.zeros(num_examples, jnp.int32))
-    (_, best_index), _ = jax.lax.scan(body, init, jnp.arange(total // chunk, dtype=jnp.int32))
-    return (best_index[:, None] >> bits) & 1
-
-
-def _generic_gibbs(energy, rng_key, num_examples, n, dtype, *, start_sigma=START_SIGMA,
-                   end_sigma=END_SIGMA, num_sweeps=NUM_SWEEPS, order="shared"):
-    """Annealed single-site Gibbs sampling on any energy: unit i of every example is
-    drawn from p(s_i = 1 | rest) = sigmoid(-(E(s_i=1) - E(s_i=0)) / (2 sigma^2)), the
-    program evaluated with the unit off and on; sigma falls geometrically and the
-    lowest-energy state visited is kept."""
-    del order  # one random order per sweep, shared by the examples
-    sigmas = geometric_schedule(start_sigma, end_sigma, num_sweeps).astype(dtype)
-    key_init, key_run = jax.random.split(rng_key)
-    states = jax.random.bernoulli(key_init, 0.5, (num_examples, n)).astype(dtype)
-    best = keep_best(None, states.astype(jnp.int32), energy(states))
-
-    def sweep(carry, inputs):
-        states, best = carry
-        sigma, key = inputs
-        key_order, key_uniform = jax.random.split(key)
-        order = jax.random.permutation(key_order, n)
-        uniforms = jax.random.uniform(key_uniform, (n, num_examples), dtype)
-
-        def visit(k, states):
-            i = order[k]
-            off = energy(states.at[:, i].set(0.0))
-            on = energy(states.at[:, i].set(1.0))
-            p_on = jax.nn.sigmoid(-(on - off) / (2.0 * jnp.square(sigma)))
-            return states.at[:, i].set((uniforms[k] < p_on).astype(dtype))
-
-        new = jax.lax.fori_loop(0, n, visit, states)
-        current = energy(new)
-        changed = jnp.any(new != states, axis=1)
-        return (new, keep_best(best, new.astype(jnp.int32), current)), (jnp.mean(current),
-                                                                         changed)
-
-    keys = jax.random.split(key_run, sigmas.shape[0])
-    (_, best), (trace, changed) = jax.lax.scan(sweep, (states, best), (sigmas, keys))
-    return best.states, energy(best.states.astype(dtype)), ~changed[-1], trace
-
