@@ -3,8 +3,9 @@
 Compares, in one run, on the same planted GVQ data, dtype and machine, for
 n = 12, 16, 24, 32 features with dim = 2n (under-complete) and dim = n/2
 (overcomplete), 10,000 examples per configuration, noise 0.3, features
-F ~ N(``--feature-mean``, 1) dense (default mean 0: the paper's dense
-experiments, Fig. 4b; every visible unit has all n features as parents):
+F ~ N(``--feature-mean``, 1) dense (default mean 0: the dense experiments of
+Westerdijk, Barber and Wiegerinck (2001), Fig. 4b; every visible unit has all n
+features as parents):
 
 * ours: every method of ``inference.association.core.METHODS`` (``exact``, ``bp``,
   ``br``, ``mf``, ``gibbs``, ``br+mf``, and ``dbp``/``dbr`` where
@@ -60,7 +61,7 @@ one), otherwise on all of them. Gaps of subset-timed methods are over the
 examples timed. The ratios ``x ID`` = (infer_discrete time per example) /
 (method time per example) compare the jitted cores.
 
-Goals of the issue (judged on the jitted cores, per example; printed, never
+Goals (judged on the jitted cores, per example; printed, never
 asserted: benchmarks are not tests):
 
 1. n = 12, dim = 24: MF and BR+MF at least 10x faster than infer_discrete,
@@ -87,6 +88,11 @@ Run::
 
 The tables are printed and written as JSON to ``--output``
 (default ``benchmarks/results/association.json``).
+
+References
+----------
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 4.3, Fig. 4b.
 """
 
 from __future__ import annotations
@@ -123,7 +129,7 @@ MAX_ENUMERATED_STATES = 1 << 20
 SUBSET_METHODS = ("dbp", "dbr")
 #: Relative tolerance of "at or below the reference".
 TOLERANCE = 1e-5
-#: The issue's goals.
+#: The goals (module docstring).
 GOAL_GAP = 0.01
 SPEED_GOALS = ((12, 24, 10.0), (16, 32, 100.0))  # (n, dim, required ratio infer_discrete / ours)
 SPEED_METHODS = ("mf", "br+mf")
@@ -153,7 +159,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="noise of the planted data (default 0.3)")
     parser.add_argument("--feature-mean", type=float, default=0.0,
                         help="mean of the planted feature weights (default 0: F ~ N(0, 1), the "
-                             "paper's dense experiments, Fig. 4b)")
+                             "dense experiments of Westerdijk, Barber and "
+                             "Wiegerinck (2001), Fig. 4b)")
     parser.add_argument("--feature-std", type=float, default=1.0,
                         help="std of the planted feature weights (default 1)")
     parser.add_argument("--exact-max-features", type=int, default=16,
@@ -502,7 +509,7 @@ def _row(config, method):
 
 
 def goal_verdicts(configs: list[dict], num_examples: int) -> list[dict]:
-    """The issue's three goals, from the measured rows."""
+    """The three goals of the module docstring, from the measured rows."""
     verdicts = []
     for n, dim, required in SPEED_GOALS:
         config = _find(configs, n, dim)

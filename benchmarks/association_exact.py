@@ -4,7 +4,8 @@ Compares, in one run, on the same planted GVQ data, dtype and machine:
 
 * ours: ``inference.associate(features, x, method="exact", check=False)``, the
   exhaustive search over the 2^n states through the quadratic form of the
-  energy (seed 000 sec. 3.1, eq. 2; :mod:`inference.association.core`);
+  energy (Westerdijk, Barber and Wiegerinck (2001), sec. 3.1, eq. 2;
+  :mod:`inference.association.core`);
 * peer: ``inference.gvq.baselines.map_associate(features, x, noise=...)``,
   NumPyro's generic ``infer_discrete(temperature=0)`` (max-product over the
   enumerated units) on the same GVQ program, as shipped;
@@ -20,12 +21,12 @@ For each number of features n (``--sizes``) it reports the first-call
 them alike), the ratio peer / ours, and the quality: the fraction of examples
 on which both methods return the same state and the mean energy
 ||x - s @ F||^2 of each (speed at unequal quality is not a result). At the
-largest size it adds a throughput reference (``shared/BENCHMARKING.md``):
+largest size it adds a throughput reference:
 GFLOP/s of our search against a plain jitted matmul of the same shape, and
 GB/s of ``jnp.min`` / ``jnp.argmin`` over the (num_examples, 2^n) energy
 block against which the search's reduction can be judged.
 
-Goal of the issue: at n = 10 ours is at least 5x faster than NumPyro's
+Goal: at n = 10 ours is at least 5x faster than NumPyro's
 ``infer_discrete``. The footer says whether the measured ratio meets it; it
 is not asserted (benchmarks are not tests).
 
@@ -40,6 +41,11 @@ Run::
 
 The table is printed and written as JSON to ``--output``
 (default ``benchmarks/results/association_exact.json``).
+
+References
+----------
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 3.1.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ from inference.gvq.baselines import map_associate  # noqa: E402
 from inference.gvq.baselines_association import _map_states  # noqa: E402
 from ppl_models import gvq  # noqa: E402
 
-#: Goal of the issue: at n = GOAL_SIZE ours is at least GOAL_RATIO x faster.
+#: Goal: at n = GOAL_SIZE ours is at least GOAL_RATIO x faster.
 GOAL_SIZE = 10
 GOAL_RATIO = 5.0
 DEFAULT_SIZES = (4, 6, 8, 10, 12, 14, 16)
@@ -305,7 +311,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def goal_verdict(rows: list[dict]) -> dict:
-    """Whether the issue's goal (ours >= 5x faster at n = 10) is met, from the measured ratios."""
+    """Whether the goal (ours >= 5x faster at n = 10) is met, from the measured ratios."""
     row = next((r for r in rows if r["num_features"] == GOAL_SIZE), None)
     if row is None:
         return {"measured": False, "text": f"Goal: n = {GOAL_SIZE} not in --sizes; not measured."}

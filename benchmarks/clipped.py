@@ -1,6 +1,7 @@
 """Benchmark: clipped-Gaussian learning, arcsine moment matching against NumPyro's SVI.
 
-Two parts, in one run, on the same machine and dtype (seed 001, ``shared/MODELS.md`` 2):
+Two parts, in one run, on the same machine and dtype, on the model of Lee and
+Sompolinsky (1999) (``ppl_models/clipped_gaussian.py``):
 
 (a) Learning, to equal held-out error. A planted program
     (:func:`ppl_models.clipped_gaussian.generate`, N = 256 units, P = 16, unit-norm
@@ -38,7 +39,7 @@ Two parts, in one run, on the same machine and dtype (seed 001, ``shared/MODELS.
     ``lax.map``, and one evaluation of the pair moment over all pairs (the cost
     of one iteration), against a plain jitted ``exp`` over pairs x 20 nodes.
 
-Goals of the issue: (a) ours at least 100x faster than SVI to equal held-out
+Goals: (a) ours at least 100x faster than SVI to equal held-out
 error; (b) the N = 1000 solve under 5 s warm. The footer says MET / NOT met
 (never asserted: benchmarks are not tests).
 
@@ -49,6 +50,11 @@ Run::
 
 The table is printed and written as JSON to ``--output``
 (default ``benchmarks/results/clipped.json``).
+
+References
+----------
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999, eq. 7-10.
 """
 
 from __future__ import annotations

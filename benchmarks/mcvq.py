@@ -1,6 +1,8 @@
 """Benchmark: MCVQ variational EM against NumPyro SVI, and the scaling of one EM iteration.
 
-Issue 7 (seeds 003-004; ``shared/MODELS.md`` 4; ``shared/BENCHMARKING.md``).
+The model and its variational EM are those of Ross and Zemel (2003)
+(``ppl_models/mcvq.py``); every peer runs at its best, in the same run, on the same
+machine.
 
 (a) Race to equal quality, same program, data, start, dtype (float32) and
 machine. Data: a planted MCVQ (:func:`ppl_models.mcvq.generate`, N examples,
@@ -36,7 +38,7 @@ with it, in the peer's favour. Each peer is tuned: every step size of
 is timed. Ours is timed as the public ``fit_mcvq`` call (checks, start,
 jitted EM loop). First calls (compilation) are in their own column; then
 ``--repeats`` warm calls of ours and of the tuned peer, interleaved; median
-and [min-max]. ratio = peer time to target / our time; the issue's goal is
+and [min-max]. ratio = peer time to target / our time; the goal is
 ratio >= 50 (printed MET / NOT met, never asserted). A peer that does not
 reach the target within its budget gets the lower bound ratio > (its full
 run) / ours, and the goal counts as met only if that bound is >= 50.
@@ -62,6 +64,11 @@ Run::
 
 The tables are printed and written as JSON to ``--output`` (default
 ``benchmarks/results/mcvq.json``).
+
+References
+----------
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3.
 """
 
 from __future__ import annotations
@@ -94,7 +101,7 @@ from inference.mcvq.em import fit_mcvq  # noqa: E402
 from ppl_models import mcvq  # noqa: E402
 from ppl_models.diagnostics import ZooWarning  # noqa: E402
 
-#: The issue's goal: variational EM at least 50x faster than SVI to equal quality.
+#: The goal: variational EM at least 50x faster than SVI to equal quality.
 GOAL = 50.0
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "mcvq.json"
 

@@ -1,8 +1,9 @@
 """Benchmark: full-covariance EM and k-means, ours against scikit-learn and gmmx.
 
 Compares, in one run, on the same planted data, the same start and the same
-machine (Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and
-new results on vector quantization", 1995, sec. 4; :mod:`inference.mixture.em`):
+machine (L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings
+and new results on vector quantization", ICONIP'95, 1995, sec. 4;
+:mod:`inference.mixture.em`):
 
 * EM, full covariances (``"em"``): ours, :func:`inference.fit_mixture` with
   ``mode="stochastic", covariance="full", prune=False`` (pruning off, so that
@@ -105,7 +106,7 @@ GFLOP at the full size, against the nominal 7.3), plus N p once. k-means
 uses t(x) = [||x||^2, x, 1] (p = d + 2): 2 N k (d + 2) for the energies, a
 segment sum N (d + 2) for the centres, ~3 N k for the assignment.
 
-Goals of the issue: EM at least 10x faster than scikit-learn and faster than
+Goals: EM at least 10x faster than scikit-learn and faster than
 gmmx; k-means within 1.5x of scikit-learn (peer / ours >= 1/1.5). The table
 says MET / NOT met (never asserted: benchmarks are not tests).
 
@@ -173,7 +174,7 @@ def run_em(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *
 from inference.mixture.sweep import EMState  # noqa: E402
 from ppl_models import mixture  # noqa: E402
 
-#: Goals of the issue: EM >= 10x scikit-learn and > 1x gmmx; k-means within 1.5x of sklearn.
+#: Goals: EM >= 10x scikit-learn and > 1x gmmx; k-means within 1.5x of sklearn.
 GOALS = {("em", "sklearn"): 10.0, ("em", "gmmx"): 1.0, ("kmeans", "sklearn"): 1.0 / 1.5}
 GOAL_TEXT = {("em", "sklearn"): ">=10x", ("em", "gmmx"): ">1x", ("kmeans", "sklearn"): ">=0.67x"}
 #: Relative tolerance on the quality (log-likelihood / inertia) for "agree", per dtype.

@@ -1,4 +1,4 @@
-"""Benchmark: the sharded E-steps against the plain single-device ones (issue 9).
+"""Benchmark: the sharded E-steps against the plain single-device ones.
 
 What is timed, per device count n in (1, 2, 4), each in its own subprocess
 started with ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` (the flag

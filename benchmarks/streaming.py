@@ -1,6 +1,6 @@
-"""Benchmark: streaming EM over a memory-mapped file against the in-memory fit (issue 9).
+"""Benchmark: streaming EM over a memory-mapped file against the in-memory fit.
 
-Full-covariance EM (seed 002 sec. 4, eq. 17-18; ``mode="stochastic",
+Full-covariance EM (Xu (1995), sec. 4, eq. 17-18; ``mode="stochastic",
 covariance="full", prune=False``) with k components on N examples of d
 float32 columns stored in a ``np.memmap`` file in a temporary directory
 (default N = 2,000,000, d = 16, k = 16: 128 MB on disk), fitted two ways on
@@ -31,7 +31,7 @@ so the time of one EM pass is (T(I) - T(1)) / (I - 1) and T(1) is the fixed
 cost (first pass, one EM pass, criteria). The same difference is reported for
 the in-memory fit (one EM iteration over features kept in memory).
 
-Throughput (``shared/BENCHMARKING.md``): an EM pass is two GEMMs of the
+Throughput: an EM pass is two GEMMs of the
 (N, p) quadratic features (p = d (d + 3) / 2 + 1 = 153) with k columns, the
 E-step's log-joint and the M-step's statistics, 4 N p k FLOPs nominal
 (feature construction, log-sum-exp and the M-step neglected), reported as
@@ -49,6 +49,12 @@ float32 EM trajectories part at that level whatever the grouping of the sums.
 Writes the table as JSON to ``--output`` (default
 ``benchmarks/results/streaming.json``); ``--quick`` runs N = 400,000 with
 batches of 40,000 (about a minute).
+
+References
+----------
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 4.
 """
 
 from __future__ import annotations

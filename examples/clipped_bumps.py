@@ -1,4 +1,4 @@
-"""Translation-invariant bumps on a ring (seed 001, "Translationally Invariant Example", Fig. 3).
+"""Translation-invariant bumps on a ring: Lee and Sompolinsky (1999), Fig. 3.
 
 **Set-up (the paper's).** N = 256 spins on a ring with periodic boundaries; in
 each pattern one contiguous bump of N/2 = 128 spins is +1 and the rest -1, the
@@ -75,8 +75,9 @@ sin) and ``clipped_bumps.json`` into ``--output-dir`` (default ``zoo-results``).
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998: eq. 7, "Translationally Invariant Example", Fig. 3.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999: eq. 7,
+"Translationally Invariant Example", Fig. 3.
 """
 
 from __future__ import annotations

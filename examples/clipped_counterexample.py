@@ -1,4 +1,4 @@
-"""The sum constraint: binary data that no clipped Gaussian can produce (seed 001, last section).
+"""The sum constraint: binary data no clipped Gaussian can produce (Lee and Sompolinsky, 1999).
 
 **The paper's claim.** The distribution that puts equal weight on every pattern
 of N spins with sum_a s_a = 0 (the zero-temperature limit of
@@ -70,9 +70,11 @@ projected model) and ``clipped_counterexample.json`` into ``--output-dir``
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998: eq. 7 and 9, the closing discussion of the model's "shortcoming".
-Higham, "Computing the nearest correlation matrix", IMA J. Numer. Anal. 22 (2002).
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999: eq. 7
+and 9, the closing discussion of the model's "shortcoming".
+N. J. Higham, "Computing the nearest correlation matrix -- a problem from finance", IMA
+Journal of Numerical Analysis 22(3), 2002.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Handwritten twos under the clipped-Gaussian model (seed 001, "Handwritten digits", Fig. 4).
+"""Handwritten twos under the clipped-Gaussian model: Lee and Sompolinsky (1999), Fig. 4.
 
 **Data.** The paper models a large set of 16 x 16 black-and-white USPS twos.
 USPS is not bundled with any installed package and the zoo has no network at run
@@ -103,8 +103,9 @@ about 15 s).
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998, "Handwritten Digits Example", eq. 8-10 and Fig. 4.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999,
+"Handwritten Digits Example", eq. 8-10 and Fig. 4.
 """
 
 from __future__ import annotations

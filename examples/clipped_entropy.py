@@ -1,4 +1,4 @@
-"""How many patterns a clipped Gaussian generates: the entropy claim (seed 001, "Generative Model").
+"""How many patterns a clipped Gaussian generates: the entropy claim of Lee and Sompolinsky (1999).
 
 **The paper's claim.** Each unit's sign changes on the hyperplane x_a = W_a y = 0
 in the P-dimensional space of hidden causes; the N hyperplanes cut that space
@@ -66,11 +66,13 @@ sampled, both variants) and ``clipped_entropy.json`` into ``--output-dir``
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998, section "Generative Model" (the entropy argument, Fig. 2).
-Cover, "Geometrical and statistical properties of systems of linear
-inequalities with applications in pattern recognition", IEEE Trans. Electron.
-Comput. 14 (1965). Buck, "Partition of space", Amer. Math. Monthly 50 (1943).
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999,
+section "Generative Model" (the entropy argument, Fig. 2).
+T. M. Cover, "Geometrical and statistical properties of systems of linear inequalities
+with applications in pattern recognition", IEEE Transactions on Electronic Computers
+EC-14(3), 1965.
+R. C. Buck, "Partition of space", The American Mathematical Monthly 50(9), 1943.
 """
 
 from __future__ import annotations

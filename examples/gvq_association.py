@@ -1,9 +1,9 @@
-"""The association experiments of seed 000 sec. 4.3: Fig. 4a, Fig. 4b and Fig. 5.
+"""The association experiments of Westerdijk, Barber and Wiegerinck (2001), sec. 4.3: Fig. 4, 5.
 
 Every association method of :data:`inference.association.core.METHODS` (BP, BR, MF,
 Gibbs, BR+MF and, when :mod:`inference.association.directed` provides them, DBR and DBP)
-against exhaustive search, on the paper's random problems (``shared/MODELS.md``
-1.6). One trial is a fresh F, a planted state s* ~ Bernoulli(1/2) and one
+against exhaustive search, on the paper's random problems (sec. 4.3; the model is
+``ppl_models/gvq.py``). One trial is a fresh F, a planted state s* ~ Bernoulli(1/2) and one
 example x = s* @ F + eps, eps ~ N(0, 0.1) (variance 1/10, sec. 4.3.1). The
 error of a trial is the paper's E = (1/d) sum_a |x_a - (s @ F)_a| (not the
 squared energy the methods minimise); each point averages ``--trials`` trials
@@ -42,8 +42,8 @@ it compilation; ``--quick`` about 60 s with every method).
 
 References
 ----------
-Westerdijk, Barber, Wiegerinck, "Deterministic Generative Models for Fast
-Feature Discovery", sec. 4.3, Fig. 4 and 5.
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 4.3, Fig. 4 and 5.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def _contested(trials, methods):
 
 
 def _verdicts(results):
-    """Finding-by-finding verdicts of ``shared/MODELS.md`` 1.6, computed from the numbers.
+    """Verdicts on the paper's findings of sec. 4.3, one by one, computed from the numbers.
 
     Each criterion is stated in the finding's text. A finding whose methods
     were not run is reported as "not checked".
@@ -565,7 +565,7 @@ def main(argv=None):
 
     results["verdicts"] = _verdicts(results)
     print()
-    print("Findings (shared/MODELS.md 1.6) against these numbers. Criterion B for 'X beats "
+    print("Findings of the paper (sec. 4.3) against these numbers. Criterion B for 'X beats "
           f"Y': {LOWER_CRITERION}.")
     for v in results["verdicts"]:
         print(f"* {v['finding']}: {v['verdict'].upper()}\n    {v['numbers']}")

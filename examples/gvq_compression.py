@@ -1,4 +1,4 @@
-"""Image compression with GVQ against vector quantisation (seed 000, sec. 6.2 and 6.2.1).
+"""Image compression, GVQ against VQ: Westerdijk, Barber and Wiegerinck (2001), sec. 6.2, 6.2.1.
 
 The image is scikit-learn's bundled ``china.jpg`` (``sklearn.datasets.load_sample_image``,
 no network), converted to grey levels 0..255 with the ITU-R BT.601 luma weights
@@ -70,8 +70,9 @@ with n = 1, 2, 4, 8 and fewer restarts). Writes ``gvq_compression_images.png``,
 
 References
 ----------
-Westerdijk, Barber, Wiegerinck, "Deterministic Generative Models for Fast
-Feature Discovery", sec. 5.1, 6.2, 6.2.1, Fig. 10 and 11.
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 5.1, 6.2,
+6.2.1, Fig. 10 and 11.
 """
 
 from __future__ import annotations

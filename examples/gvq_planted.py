@@ -1,6 +1,7 @@
 """GVQ learned by EM on planted features, against NumPyro's SVI on the same program.
 
-Seed 000, sec. 3.1 (EM in the sigma -> 0 limit) on the sec. 4.3 generator:
+Westerdijk, Barber and Wiegerinck (2001), sec. 3.1 (EM in the sigma -> 0 limit), on
+the generator of their sec. 4.3:
 features with entries N(2, 1), binary states with p = 1/2, Gaussian noise.
 For several data seeds the script fits
 
@@ -19,6 +20,11 @@ against the planted truth and the noise floor.
 
 Run: ``python examples/gvq_planted.py [--quick] [--output-dir DIR] [--json]``
 (``--json``: the table's numbers also to ``gvq_planted.json``).
+
+References
+----------
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 3.1 and 4.3.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MCVQ on face images: parts and reconstruction error against PCA, NMF and VQ (seed 004 sec. 5.1).
+"""MCVQ on face images, parts and reconstruction error against PCA, NMF, VQ: Ross and Zemel (2003).
 
 **Data** (``ppl_models.datasets.faces``): the paper's CBCL faces (19 x 19,
 1800 training / 629 test images) are not available offline; we use the 100
@@ -47,8 +47,8 @@ CPU). Writes ``mcvq_faces.png`` and ``mcvq_faces.json`` into ``--output-dir``
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.1 (faces) and Fig. 4.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.1 (faces) and Fig. 4.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def main(argv=None):
     order = sorted(rms, key=rms.get)
     paper_order = sorted(PAPER_RMS, key=PAPER_RMS.get)
 
-    print(f"MCVQ on faces (seed 004 sec. 5.1): K = {NUM_VQS}, J = {NUM_STATES}, "
+    print(f"MCVQ on faces (Ross and Zemel (2003), sec. 5.1): K = {NUM_VQS}, J = {NUM_STATES}, "
           f"{x_train.shape[0]} training / {num_test} test faces of 25 x 25 from "
           f"skimage.data.lfw_subset (NOT the paper's CBCL set: 19 x 19, 1800 / 629), "
           f"{restarts} starts x {iterations} iterations ({fit_seconds:.0f} s)")

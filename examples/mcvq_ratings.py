@@ -1,4 +1,4 @@
-"""Collaborative filtering with MCVQ on MovieLens ratings (seed 004 sec. 5.2, Fig. 5 and 6).
+"""Collaborative filtering with MCVQ on MovieLens ratings: Ross and Zemel (2003), sec. 5.2.
 
 Each user is one example, each movie one dimension; a movie the user did not
 rate is a missing entry (``mask`` False) that drops out of inference and learning
@@ -89,10 +89,10 @@ movies, 334 users), 50 test users, n = 5 and 10, 40 EM iterations, 10 aspects.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.2, Fig. 5 and 6.
-Hofmann, "Latent semantic models for collaborative filtering", ACM TOIS 22(1),
-2004 (the Gaussian aspect model and tempered EM).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.2, Fig. 5 and 6.
+T. Hofmann, "Latent semantic models for collaborative filtering", ACM Transactions on
+Information Systems 22(1), 2004 (the Gaussian aspect model and tempered EM).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""How often does each criterion find the true number and size of MCVQ's VQs? (issue 8)
+"""How often does each criterion find the true number and size of MCVQ's VQs?
 
-The slides' "Current directions" (seed 003: VB MCVQ, model selection) and the
-paper's closing call for a Bayesian choice of the number of VQs K and of their
-states J (seed 004 sec. 6; ``shared/MODELS.md`` 4.4), measured on data with a
-known answer.
+The "Current directions" of the MCVQ slides (Ross and Zemel (2002): VB MCVQ, model
+selection) and the paper's closing call for a Bayesian choice of the number of VQs
+K and of their states J (Ross and Zemel (2003), sec. 6), measured on data with a
+known answer; the criteria are those of ``inference.app.selection``.
 
 **Data** (``ppl_models.datasets.causes``): images of K shapes side by side,
 each at one of J independent uniform vertical offsets, pixels -1 / +1 (no
 noise, no overlap): K causes of J states each. Settings (K, J): (3, 9), the
-paper's 11 x 11 shapes layout (seed 004 sec. 5.1), and variants with
-(2, 6), (4, 5) and (5, 4) (J chosen so that the images stay small: 8 x 8,
+paper's 11 x 11 shapes layout (Ross and Zemel (2003), sec. 5.1), and variants
+with (2, 6), (4, 5) and (5, 4) (J chosen so that the images stay small: 8 x 8,
 7 x 12 and 6 x 15 pixels). ``--examples`` training images per seed (default
 96, so that 3 folds are equal and each fold size compiles once), new data for
 every seed.
@@ -27,7 +27,7 @@ which dominates the run time on 2 CPU cores), so a hit on K and a hit on
 starts in one call (the lowest final free energy kept), ``--iterations``
 iterations, the variance floor of ``examples/mcvq_shapes.py`` (0.3 times the
 mean pixel variance). ``vb (pruned)``: one over-complete ``fit_vb_mcvq``
-started at K = 8, J = 10 (the issue's start; best bound of the restarts),
+started at K = 8, J = 10 (the start of the claim below; best bound of the restarts),
 whose surviving VQs are counted two ways: every surviving VQ (``raw``), and
 *causes*, the VQs with more than one active state (a one-state VQ is a
 constant term, typically the never-lit pixels, not a cause). A (K, J) hit of
@@ -42,10 +42,10 @@ and seed, minutes each on 2 CPU cores.
 run's number of active VQs, of causes and its bound L(Q) per iteration
 (recorded in the JSON, plotted).
 
-**The issue's claim**: "VB-MCVQ started at K = 8, J = 10 on shapes with 3
-causes ends with 3 active VQs in most of 20 seeds (state the count)". The
-printout states the count (raw VQs and causes) and whether "most" (more than
-half) holds.
+**The claim tested** (ours, after the slides' proposal to choose the model size by
+VB): "VB-MCVQ started at K = 8, J = 10 on shapes with 3 causes ends with 3 active
+VQs in most of 20 seeds". The printout states the count (raw VQs and causes) and
+whether "most" (more than half) holds.
 
 Run: ``python examples/mcvq_selection.py [--quick] [--seeds N]
 [--variant-seeds N] [--output-dir DIR]`` (full: 20 seeds of (3, 9), 3 of
@@ -57,10 +57,15 @@ fit) into ``--output-dir`` (default ``zoo-results``).
 
 References
 ----------
-Ross, slides "Multiple Cause Vector Quantization" (seed 003): "Current
-directions" (VB MCVQ, model selection). Ross and Zemel, "Multiple Cause Vector
-Quantization", NIPS 2002 (seed 004), sec. 3, 5.1, 6. Corduneanu and Bishop
-(2001), AISTATS (VB with type-II ML weights and pruning). Schwarz (1978) (BIC).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: "Current directions" (VB MCVQ, model selection).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3, 5.1, 6.
+A. Corduneanu and C. M. Bishop, "Variational Bayesian model selection for mixture
+distributions", Proceedings of the Eighth International Conference on Artificial
+Intelligence and Statistics (AISTATS), 2001 (VB with type-II ML weights and pruning).
+G. Schwarz, "Estimating the dimension of a model", The Annals of Statistics 6(2), 1978
+(BIC).
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ from ppl_models.diagnostics import ZooWarning
 SETTINGS = ((3, 9), (2, 6), (4, 5), (5, 4))
 #: Candidate-scored criteria (table order); "loo" is left out (module docstring).
 CRITERIA = ("vb", "cv", "train", "bic")
-#: Over-complete VB start: the issue's K = 8, J = 10.
+#: Over-complete VB start of the claim tested: K = 8, J = 10.
 OVER_COMPLETE = (8, 10)
 #: EM options of every fit_mcvq (variance floor as in examples/mcvq_shapes.py).
 VARIANCE_FLOOR = 0.3
@@ -185,13 +190,13 @@ def _counts(values):
 
 
 def claim(summary, num_causes=3):
-    """The issue: from K = 8, J = 10, 3 active VQs "in most of 20 seeds" (more than half)."""
+    """The claim tested: from K = 8, J = 10, 3 active VQs "in most of 20 seeds" (over half)."""
     n = summary["seeds"]
     raw = summary["hits_k"]["vb (pruned, raw VQs)"]
     cause = summary["hits_k"]["vb (pruned, causes)"]
     level = "holds" if raw > n / 2 else "holds for the causes only" if cause > n / 2 \
         else "differs"
-    text = (f"Compared with the issue (VB-MCVQ from K = {OVER_COMPLETE[0]}, J = "
+    text = (f"Compared with the claim tested (VB-MCVQ from K = {OVER_COMPLETE[0]}, J = "
             f"{OVER_COMPLETE[1]} ends with {num_causes} active VQs in most of 20 seeds): "
             f"{level}. {raw} of {n} seeds end with {num_causes} active VQs (surviving counts "
             f"{summary['vqs_counts']}, mean {summary['mean_vqs']:.2f}); {cause} of {n} with "
@@ -286,7 +291,7 @@ def main(argv=None):
 
 def _report(args, settings, folds, restarts, iterations, cands, runs, summaries, trace, shown,
             judged):
-    print(f"MCVQ model selection (issue 8): shapes with K causes at J positions, "
+    print(f"MCVQ model selection: shapes with K causes at J positions, "
           f"{args.examples} training images per seed; criteria {', '.join(CRITERIA)} over a "
           f"cross of candidates around the truth ({folds}-fold CV, EM {restarts} starts x "
           f"{iterations} iterations, VB best of {restarts} runs), plus one VB run from K = "

@@ -1,4 +1,4 @@
-"""MCVQ on the shapes images against PCA, NMF and VQ (seed 004 sec. 5.1, Fig. 2 and 3).
+"""MCVQ on the shapes images against PCA, NMF and VQ: Ross and Zemel (2003), sec. 5.1.
 
 **Data** (``ppl_models.datasets.shapes``): 11 x 11 images, a box, a triangle
 and a cross at fixed columns and independent uniform vertical offsets (0..8),
@@ -48,7 +48,7 @@ does the full ordering MCVQ < PCA < NMF < VQ hold (0.45 < 0.52 < 0.59 <
 0.59). Our data set is also exactly representable by 24 principal
 components (rank 25 with the mean), so PCA's curve falls to 0 there.
 
-**Missing data** (sec. 5.2 applied to shapes, issue 7): 30% of the training
+**Missing data** (sec. 5.2 applied to shapes): 30% of the training
 entries are masked at random (``ppl_models.mcvq.random_mask``); the fit sees
 only the rest, and its test RMS (complete test images) is compared with the
 unmasked fit's: the claim is a ratio below 1.1.
@@ -72,8 +72,9 @@ against description length) and ``mcvq_shapes.json`` into ``--output-dir``
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 3, 5.1 (Fig. 2, 3 and the RMS comparison), 5.2 (missing data).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3,
+5.1 (Fig. 2, 3 and the RMS comparison), 5.2 (missing data).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ NUM_VQS, NUM_STATES = 3, 5
 #: Sec. 5.1: RMS at a description length of about 5.9e3 bits.
 PAPER_RMS = {"mcvq": 0.21, "pca": 0.22, "nmf": 0.35, "vq": 0.49}
 PAPER_BITS = 5.9e3
-#: Issue 7: fraction of training entries masked, and the allowed RMS ratio.
+#: Missing data: fraction of training entries masked, and the allowed RMS ratio.
 MISSING_FRACTION = 0.3
 MISSING_TOLERANCE = 1.1
 #: Bits per real of the sensitivity table.
@@ -273,9 +274,9 @@ def main(argv=None):
 
 def _report(args, restarts, iterations, result, finals, unconverged, purity, mcvq_row, matched,
             rms, ordering, sensitivity, near, missing, masked_unconverged, fit_seconds):
-    print(f"MCVQ on shapes (seed 004 sec. 5.1): K = {NUM_VQS}, J = {NUM_STATES}, 100 training "
-          f"/ 629 test images, {restarts} starts x {iterations} iterations, variance floor "
-          f"{args.variance_floor} ({fit_seconds:.0f} s)")
+    print(f"MCVQ on shapes (Ross and Zemel (2003), sec. 5.1): K = {NUM_VQS}, J = {NUM_STATES}, "
+          f"100 training / 629 test images, {restarts} starts x {iterations} iterations, "
+          f"variance floor {args.variance_floor} ({fit_seconds:.0f} s)")
     print(f"  lowest final free energy {finals[0]:.1f} (next {finals[1:4]}); "
           f"{unconverged} of the starts not converged")
     labels = [shapes.SHAPE_NAMES[i] if i >= 0 else "-" for i in purity["labels"]]

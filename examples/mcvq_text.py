@@ -1,4 +1,4 @@
-"""MCVQ on bag-of-words text: vocabulary segments and conspicuous words (seed 004 sec. 5.3, Fig. 7).
+"""MCVQ on bag-of-words text, vocabulary segments and words: Ross and Zemel (2003), sec. 5.3.
 
 **Data.** The paper used the NIPS proceedings (1,740 papers, 14,265 words); here
 gensim's bundled Lee background corpus, 300 short news articles
@@ -49,8 +49,8 @@ J = 4 states, 30 iterations.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.3 and Fig. 7.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.3 and Fig. 7.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""Overlapping causes: does MCVQ's g stay binary where two causes share a pixel? (seed 003 slides).
+"""Overlapping causes: does MCVQ's g stay binary where two causes share a pixel?
 
-The slides (seed 003, "Overlapping Causes") report that with the current
-MCVQ "g_ik's [are] always binary", that one "would like non-binary g's in some
-cases, e.g. at object borders in natural images", and that on sample data with
-overlapping causes the result was "still binary!". We rebuild that experiment.
+The MCVQ slides of Ross and Zemel (2002), "Overlapping Causes", report that with
+the current MCVQ "g_ik's [are] always binary", that one "would like non-binary
+g's in some cases, e.g. at object borders in natural images", and that on sample
+data with overlapping causes the result was "still binary!". We rebuild that
+experiment.
 
-**Data** (``ppl_models.datasets.causes``): the paper's shapes (seed 004 sec.
-5.1: box, triangle, cross, each at 9 independent uniform vertical offsets,
-pixels -1 / +1) with neighbouring shapes moved ``overlap`` columns into each
+**Data** (``ppl_models.datasets.causes``): the paper's shapes (Ross and Zemel
+(2003), sec. 5.1: box, triangle, cross, each at 9 independent uniform vertical
+offsets, pixels -1 / +1) with neighbouring shapes moved ``overlap`` columns into each
 other, so some pixels can be covered by two causes ("shared" pixels: 17 of 99
 with overlap 1, 37 of 77 with overlap 2). Two ways to combine two shapes on a
 pixel: ``union`` (+1 if either covers it, binary data) and ``mean`` (the mean
@@ -67,8 +68,10 @@ and ``overlapping_causes.json`` into ``--output-dir`` (default
 
 References
 ----------
-Ross and Zemel, MCVQ slides (seed 003), "Overlapping Causes"; Ross and Zemel,
-"Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 3 and 5.1.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: "Overlapping Causes".
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3 and 5.1.
 """
 
 from __future__ import annotations
@@ -378,9 +381,9 @@ def _strip(row):
 
 def _report(args, num_seeds, restarts, iterations, variants, runs, summaries, vb_name, vb_row,
             judged):
-    print(f"Overlapping causes (seed 003 slides): shapes with K = {NUM_CAUSES} causes, "
-          f"J = {NUM_POSITIONS} positions; MCVQ K = {NUM_CAUSES}, J = {NUM_POSITIONS}, "
-          f"{restarts} starts x {iterations} iterations, {num_seeds} seed(s), "
+    print(f"Overlapping causes (slides of Ross and Zemel, 2002): shapes with K = "
+          f"{NUM_CAUSES} causes, J = {NUM_POSITIONS} positions; MCVQ K = {NUM_CAUSES}, "
+          f"J = {NUM_POSITIONS}, {restarts} starts x {iterations} iterations, {num_seeds} seed(s), "
           f"{args.examples} training / {args.examples} test images")
     print(f"  max g = max_k g_dk; binary: max g > {BINARY}; gap: summed energy of the "
           "second-best VQ minus the best's (nats) = log-odds of g at T = 1")

@@ -1,4 +1,4 @@
-"""How often does each rule find the true number of clusters? (seed 002 sec. 5-6)
+"""How often does each rule find the true number of clusters? Xu (1995), sec. 5-6.
 
 A study over data seeds: every seed draws a planted Gaussian mixture from the
 program (``ppl_models.mixture.generate``) with a known k between 2 and 8, a
@@ -27,7 +27,7 @@ all in d = 2 with the same number of examples. Each rule then estimates k:
 * scikit-learn's **BayesianGaussianMixture** (Dirichlet process prior, 12
   components, full covariances) as an outside reference: components with
   weight above 1% are counted;
-* **VB, pruning** (Corduneanu and Bishop 2001; ``shared/MODELS.md`` 4.4):
+* **VB, pruning** (Corduneanu and Bishop 2001):
   variational Bayes on the program with Wishart and Normal priors
   (``ppl_models.vb_mixture``), the weights by type-II maximum likelihood,
   started from the same 12 components as the pruning rules above (from a
@@ -57,6 +57,19 @@ rule, how often it finds the truth here.
 
 Run: ``python examples/yingyang_selection.py [--quick] [--seeds N] [--output-dir DIR]
 [--[no-]vb-bound]``.
+
+References
+----------
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 5-6.
+A. Corduneanu and C. M. Bishop, "Variational Bayesian model selection for mixture
+distributions", Proceedings of the Eighth International Conference on Artificial
+Intelligence and Statistics (AISTATS), 2001.
+M. A. T. Figueiredo and A. K. Jain, "Unsupervised learning of finite mixture models",
+IEEE Transactions on Pattern Analysis and Machine Intelligence 24(3), 2002.
+R. E. Kass and A. E. Raftery, "Bayes factors", Journal of the American Statistical
+Association 90(430), 1995.
 """
 
 from __future__ import annotations

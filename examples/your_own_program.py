@@ -1,8 +1,8 @@
 """Your own program: the association methods and the sigma -> 0 EM on programs a user writes.
 
-Three variants of the generative vector quantiser of Westerdijk, Barber and
-Wiegerinck ("Deterministic Generative Models for Fast Feature Discovery", Data
-Mining and Knowledge Discovery, 2001), each written as a plain NumPyro program with
+Three variants of the generative vector quantiser of M. Westerdijk, D. Barber and
+W. Wiegerinck ("Deterministic generative models for fast feature discovery", Data
+Mining and Knowledge Discovery 5(4), 2001), each written as a plain NumPyro program with
 one binary site per unit (so that NumPyro's own enumeration applies too):
 
 * ``offset_ising``: x ~ N(b + s F, 0.1) with a learned offset b and an Ising factor

@@ -19,6 +19,7 @@ from inference.engine.persistence import PersistenceError, load
 from inference.engine.streaming import BatchSource
 from inference.program.energy import QuadraticEnergy, check_quadratic, quadratic_energy
 from inference.program.handlers import noiseless, observation_noise
+from ppl_models import __version__ as __version__
 
 __all__ = [
     "BatchSource",

@@ -7,8 +7,14 @@ is added to :data:`MODEL_MODULES`.
 """
 
 import importlib
+import importlib.metadata
 
 from ppl_models.registry import FAMILIES, REGISTRY, Family, ModelInfo, register, register_family
+
+try:
+    __version__ = importlib.metadata.version("ppl-zoo")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+    __version__ = "0+unknown"
 
 #: The model modules, imported (and so registered) with the package.
 MODEL_MODULES = ("gvq", "clipped_gaussian", "mixture", "vb_mixture", "mcvq", "ppca")

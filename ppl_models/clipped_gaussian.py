@@ -1,4 +1,4 @@
-"""The clipped-Gaussian model for binary data (seed 001; ``shared/MODELS.md`` 2).
+"""The clipped-Gaussian model for binary data (Lee and Sompolinsky 1999).
 
 Generative story, for each example (pattern) of N binary units driven by P << N
 continuous hidden units:
@@ -9,7 +9,7 @@ continuous hidden units:
 
 x is not a site of its own: the program observes s through
 ``ClippedNormal(W y + xi, sigma)``, so P(s_a = +1 | y) = Phi((W y + xi)_a / sigma),
-a probit layer (sigma finite is the zoo's choice, MODELS.md 2.1). The paper's
+a probit layer (a finite sigma is the zoo's choice). The paper's
 deterministic clip s = sign(W y + xi) is its sigma -> 0 limit, reached through
 the noise handlers: ``inference.program.handlers.noiseless`` turns the site into
 ``NoiselessClip`` (sampling returns sign(W y + xi)) and ``observation_noise``
@@ -24,8 +24,9 @@ NUTS on W and SVI with W as a point estimate.
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998: eq. 1-4 (model), 8 (biases), Fig. 1-2.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999: eq. 1-4
+(model), 8 (biases), Fig. 1-2.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ppl_models.validation import check_positive_int, check_rng_key, is_traced
 __all__ = ["model", "generate", "ClippedData", "INFO", "DEFAULT_NOISE", "ring_bumps",
            "sum_constraint_patterns", "to_spins"]
 
-#: Default observation noise sigma of the probit layer (MODELS.md 2.1, a choice):
+#: Default observation noise sigma of the probit layer (the zoo's choice, not the paper's):
 #: small against the unit scale of W y, so the program is close to the clip.
 DEFAULT_NOISE = 0.1
 
@@ -214,6 +215,6 @@ INFO = register(
                   data=lambda data: data.s,
                   fixed=lambda data: {"weights": data.weights, "bias": data.bias},
                   unobserved=lambda data: {"num_examples": data.s.shape[0]}),
-        reference="Lee, Sompolinsky; seed 001",
+        reference="Lee and Sompolinsky (1999), eq. 1-4 and 8",
     )
 )

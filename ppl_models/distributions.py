@@ -3,7 +3,9 @@
 ``ClippedNormal(loc, scale)``
     the law of s = sign(x) for x ~ Normal(loc, scale), on {-1, +1}:
     P(s = +1) = Phi(loc / scale), the probit layer of the clipped-Gaussian model
-    (seed 001; ``shared/MODELS.md`` 2.1). It is a Gaussian observation seen
+    (:mod:`ppl_models.clipped_gaussian`; D. D. Lee and H. Sompolinsky, "Learning a
+    continuous hidden variable model for binary data", Advances in Neural
+    Information Processing Systems 11 (NIPS 1998), 1999). It is a Gaussian observation seen
     through a clip, so the noise handlers (``inference.program.handlers``) treat its
     ``scale`` as the observation noise: ``observation_noise`` sets or rescales
     it, and ``noiseless`` replaces it by its sigma -> 0 limit,

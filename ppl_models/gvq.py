@@ -1,6 +1,6 @@
 """Generative Vector Quantisation (GVQ) as a finite-noise NumPyro program.
 
-Generative story (seed 000, sec. 3 and 7, eq. 14; ``shared/MODELS.md`` 1.1):
+Generative story (Westerdijk, Barber and Wiegerinck (2001), sec. 3 and 7, eq. 14):
 
     F    ~ Normal(0, feature_scale)          (num_features, dim)   the features f_i
     s_i  ~ Bernoulli(p_i)                    i = 1..num_features   (paper: p_i = 1/2)
@@ -17,8 +17,9 @@ by zero). Pass ``features=`` to fix F: the program then has no ``F`` site.
 
 References
 ----------
-Westerdijk, Barber, Wiegerinck, "Deterministic Generative Models for Fast
-Feature Discovery", sec. 3 (GVQ), sec. 4.3.1 (the planted-feature generator).
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001: sec. 3 (GVQ),
+sec. 4.3.1 (the planted-feature generator).
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def model(
     feature_scale : float
         Prior standard deviation of the entries of F.
     num_sets : int, optional
-        Multiple feature sets (seed 000 sec. 5.1). The rows of F form
-        ``num_sets`` consecutive blocks of m = num_features / num_sets; the last
+        Multiple feature sets (Westerdijk, Barber and Wiegerinck (2001), sec. 5.1).
+        The rows of F form ``num_sets`` consecutive blocks of m = num_features / num_sets; the last
         row of each block is the set's *origin*, always on when the set is used.
         Each example picks one set, site ``"set"`` (uniform ``Categorical``), and
         the m - 1 other units of that set, site ``"s"`` of shape
@@ -350,6 +351,6 @@ INFO = register(
                   data=lambda data: data.x,
                   fixed=lambda data: {"features": data.features},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-        reference="Westerdijk, Barber, Wiegerinck; seed 000 sec. 3-4",
+        reference="Westerdijk, Barber and Wiegerinck (2001), sec. 3-4",
     )
 )

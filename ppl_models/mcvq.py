@@ -1,6 +1,6 @@
-"""Multiple Cause Vector Quantization (MCVQ; seeds 003-004, MODELS.md 4.1).
+"""Multiple Cause Vector Quantization (MCVQ; Ross and Zemel 2003, and their 2002 slides).
 
-Generative story (seed 004 sec. 2-3): K vector quantisers (VQs) of J states
+Generative story (Ross and Zemel (2003), sec. 2-3): K vector quantisers (VQs) of J states
 each explain D data dimensions. For every example c
 
     s_k ~ Categorical(b_k)                      k = 1..K   site "s" (N, K)
@@ -17,13 +17,13 @@ Structure of r (``shared_r``). By default r is drawn per example (inside the
 examples plate), as the paper's generative model says (sec. 2). With the
 factorised guide Q(r^c_d = k) = g_dk shared by every example and
 Q(s^c_k = j) = m^c_kj, the negative ELBO of this program is exactly the
-paper's free energy (sec. 3; MODELS.md 4.2)
+paper's free energy (sec. 3)
 
     F = sum_c [ sum_kj m^c_kj log(m^c_kj / b_kj) + sum_dk g_dk log(g_dk / a_dk)
                 + sum_dkj g_dk m^c_kj ell^c_dkj ],  ell^c_dkj = -log N(x^c_d; mu_dkj, sigma_dkj),
 
-whose g update carries the 1/C of the per-example formulation (T = C in
-MODELS.md 4.2). ``shared_r=True`` draws one r for all examples (outside the
+whose g update carries the 1/C of the per-example formulation (temperature T = C
+in :mod:`inference.mcvq.core`). ``shared_r=True`` draws one r for all examples (outside the
 plate): the paper's "slightly different model formulation" whose free energy
 counts the g term once (T = 1), the model its annealing ends at. Both are
 tested against the fit's free energy in ``tests/test_mcvq.py``.
@@ -38,10 +38,10 @@ every example and T = C stays the per-example constant.
 Parameters are fixed when passed (``mu=``, ``sigma=``, ``a=``, ``b=``); mu and
 sigma are otherwise sample sites with priors mu ~ Normal(0, ``prior_scale``) and
 sigma ~ HalfNormal(``prior_scale``) (sites "mu", "sigma"), as the Bayesian MCVQ
-of the slides (seed 003; MODELS.md 4.4) puts priors on the Gaussian
+of the slides (Ross and Zemel (2002)) puts priors on the Gaussian
 parameters; a and b stay point values (the slides point-estimate them too).
 
-Bayesian form (``bayesian=True``; slides seed 003 "VB MCVQ", MODELS.md 4.4). The
+Bayesian form (``bayesian=True``; "VB MCVQ" in the slides of Ross and Zemel (2002)). The
 program that variational Bayes (``inference.mcvq.vb``) fits: conjugate priors on
 the Gaussian parameters, in the precision parametrisation of Corduneanu & Bishop
 (2001) and Bishop PRML sec. 10.2,
@@ -79,9 +79,11 @@ available in this form (r shared by all examples couples them: K^D terms).
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004):
-sec. 2 (generative model), sec. 3 (variational EM), sec. 5 (experiments).
-Ross, slides on MCVQ and its variational Bayes version (seed 003).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003: sec. 2 (generative model), sec. 3
+(variational EM), sec. 5 (experiments).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: MCVQ and its variational Bayes version.
 Corduneanu and Bishop, "Variational Bayesian model selection for mixture
 distributions", AISTATS 2001, sec. 2 (independent conjugate priors, type-II ML weights).
 Bishop, Pattern Recognition and Machine Learning (2006), sec. 10.2 (Normal and Gamma factors).
@@ -468,5 +470,5 @@ INFO = register(ModelInfo(
                   data=lambda data: data.x,
                   fixed=lambda data: {"mu": data.mu, "sigma": data.sigma},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-    reference="Ross and Zemel (MCVQ); seed 004 sec. 2-3, seed 003",
+    reference="Ross and Zemel (2003), sec. 2-3; Ross and Zemel (2002), slides (VB MCVQ)",
 ))

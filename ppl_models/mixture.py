@@ -1,4 +1,4 @@
-"""Finite Gaussian mixtures, the G-Net-I of the YING-YANG machine (seed 002; MODELS.md 3).
+"""Finite Gaussian mixtures, the G-Net-I of the YING-YANG machine (Xu 1995).
 
 Generative story, for each example:
 
@@ -23,8 +23,9 @@ SVI and NUTS work on.
 
 References
 ----------
-Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
-results on vector quantization", 1995: sec. 4 (eq. 13, 17-22), 5.
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), Beijing, 1995: sec. 4 (eq. 13, 17-22), 5.
 """
 
 from __future__ import annotations
@@ -211,6 +212,6 @@ INFO = register(
                   fixed=lambda data: {"weights": data.weights, "means": data.means,
                                       "scales": jnp.ones(2), "covariance": "spherical"},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-        reference="Xu (YING-YANG machine); seed 002 sec. 4-5",
+        reference="Xu (1995), YING-YANG machine, sec. 4-5",
     )
 )

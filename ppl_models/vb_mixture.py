@@ -1,8 +1,7 @@
 """The Bayesian Gaussian mixture that variational Bayes fits (Corduneanu & Bishop 2001).
 
-Generative story (``shared/MODELS.md`` 4.4; the mixture of ``ppl_models.mixture``
-with conjugate priors on the component parameters), for components j = 1..k and
-examples i = 1..N:
+Generative story (the mixture of ``ppl_models.mixture`` with conjugate priors on
+the component parameters), for components j = 1..k and examples i = 1..N:
 
     Lambda_j ~ Wishart(nu0, W0)                  precision matrix    site "Lambda" (k, d, d)
     m_j ~ Normal(m0, beta0^-1 I)                 mean                site "m"      (k, d)

@@ -79,7 +79,7 @@ def test_sets_specialise(quick_run):
     assert len(pure) >= 2
     assert results["overall_purity"]["gvq"] > 0.7
     verdict = results["findings"][0]
-    assert verdict["finding"].startswith("Issue") and verdict["verdict"] == "holds"
+    assert verdict["finding"].startswith("Ours") and verdict["verdict"] == "holds"
 
 
 @pytest.mark.slow

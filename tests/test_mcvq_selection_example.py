@@ -62,7 +62,7 @@ def test_files_and_settings(quick_run):
     assert settings["seeds"] == 1 and settings["variant_seeds"] == 0
     assert settings["candidates"] == {"K=3, J=9": [[2, 9], [3, 9], [4, 9]]}
     assert list(record["summary"]) == ["K=3, J=9"]
-    assert "Compared with the issue" in results["printed"]
+    assert "Compared with the claim tested" in results["printed"]
     assert record["issue"]["text"] in results["printed"]
     assert record["issue"]["level"] in ("holds", "holds for the causes only", "differs")
 

@@ -14,6 +14,7 @@ import sys
 import jax
 
 from inference.app.families import load_families
+from ppl_models import __version__
 
 __all__ = ["main", "build_parser"]
 
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ppl-zoo",
         description="Classic latent-variable models as NumPyro programs: the papers' inference "
                     "side by side with NumPyro's generic inference.")
+    parser.add_argument("--version", action="version", version=f"ppl-zoo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     compare = commands.add_parser(
         "compare", help="run custom and generic inference on one model's program and data")

@@ -9,7 +9,7 @@ converged, ...) plus arrays for figures. ``ppl-zoo compare NAME`` prints the
 table and writes it as CSV and JSON, with a PNG, into an output folder
 (:func:`save_comparison`).
 
-Timing follows ``shared/BENCHMARKING.md`` as far as a one-off comparison can:
+Timing keeps compilation apart from run time, as far as a one-off comparison can:
 every algorithm is jitted, its first call (compile included) is reported in
 ``first_call_s`` and ``time_s`` is a second, warm call on the same input.
 """

@@ -20,9 +20,18 @@ the run goes on. The examples live beside the packages in the repository, not
 in the installed packages: :func:`find_examples_dir` looks for them next to
 ``inference/`` unless ``examples_dir`` is given.
 
-The papers (``shared/MODELS.md``): seed 000 Westerdijk, Barber, Wiegerinck (GVQ);
-seed 001 Lee, Sompolinsky (clipped Gaussian); seed 002 Xu (YING-YANG machine);
-seeds 003/004 Ross, Zemel (MCVQ slides and NIPS 2002 paper).
+The papers (all in :mod:`ppl_models.references`):
+
+* GVQ: M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models
+  for fast feature discovery", Data Mining and Knowledge Discovery 5(4), 2001;
+* clipped Gaussian: D. D. Lee and H. Sompolinsky, "Learning a continuous hidden
+  variable model for binary data", Advances in Neural Information Processing
+  Systems 11 (NIPS 1998), 1999;
+* YING-YANG machine: L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for
+  unified learnings and new results on vector quantization", ICONIP'95, 1995;
+* MCVQ: D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances
+  in Neural Information Processing Systems 15 (NIPS 2002), 2003, and their
+  presentation slides of the same title, University of Toronto, 2002.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Model selection for MCVQ and the Gaussian mixture: VB bound, CV, training fit, BIC, LOO.
 
-The slides' "current directions" (seed 003: VB MCVQ, model selection) and
-``shared/MODELS.md`` 4.4: choose the number and size of the VQs (MCVQ) or the
+The "current directions" of the MCVQ slides (Ross and Zemel (2002): VB MCVQ, model
+selection): choose the number and size of the VQs (MCVQ) or the
 number of components (mixture) by the variational lower bound on the evidence,
 and compare it with the training likelihood (which does not penalise
 complexity) and with cross-validation (expensive). :func:`model_selection`
@@ -47,8 +47,10 @@ larger model whose extra VQ, state or component stays unused scores the same.
 
 References
 ----------
-Ross, slides "Multiple Cause Vector Quantization" (seed 003): VB MCVQ and model
-selection; ``shared/MODELS.md`` 4.4. Ross and Zemel, NIPS 2002 (seed 004).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: VB MCVQ and model selection.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003.
 Corduneanu, A. and Bishop, C. M. (2001), "Variational Bayesian model selection for
 mixture distributions", AISTATS. Schwarz, G. (1978), "Estimating the dimension of a
 model", Annals of Statistics 6. Vehtari, A., Gelman, A. and Gabry, J. (2017),

@@ -1,15 +1,17 @@
-"""Annealed mean-field and Gibbs association for GVQ (seed 000 sec. 4.1.3, App. C).
+"""Annealed mean-field and Gibbs association for GVQ.
 
-Both work on the annealed distribution p_sigma(s | x) ∝ exp(-E_sigma(s) / (2 sigma^2))
-whose energy E_sigma is read from the program under
-``observation_noise(sigma=sigma)`` at every sweep (``AssociationProblem.tempered``),
-while sigma falls geometrically from ``start_sigma`` (paper: 100) to
-``end_sigma`` (paper: 1e-4). Units are visited in a fresh random order every
-sweep, one order shared by all examples of the batch unless
-``order="per_example"`` (see ``inference.association.sweeps.random_orders``).
+The methods of sec. 4.1.3 and App. C of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001. Both work on the annealed distribution
+p_sigma(s | x) ∝ exp(-E_sigma(s) / (2 sigma^2)) whose energy E_sigma is read from
+the program under ``observation_noise(sigma=sigma)`` at every sweep
+(``AssociationProblem.tempered``), while sigma falls geometrically from
+``start_sigma`` (paper: 100) to ``end_sigma`` (paper: 1e-4). Units are visited in a
+fresh random order every sweep, one order shared by all examples of the batch
+unless ``order="per_example"`` (see ``inference.association.sweeps.random_orders``).
 
-* ``"mf"``: mean-field fixed-point updates (eq. 28, signs as in
-  ``shared/MODELS.md`` 1.3)
+* ``"mf"``: mean-field fixed-point updates (eq. 28, its signs written for the
+  energy E_x(s) = sum_i h_i s_i + sum_{i<j} w_ij s_i s_j that association minimises)
   mu_i <- sigmoid(-(h_i + sum_{l != i} w_il mu_l) / (2 sigma^2)),
   starting from mu_i = 1/2 + small noise; the state is mu thresholded at 1/2.
   As sigma -> 0 this is the threshold rule of eq. 29.

@@ -8,12 +8,12 @@ the registry :data:`METHODS` (with ``"exact"``, the exhaustive search
 this module and add themselves to :data:`METHODS`; :mod:`inference.association.core`, above
 them all, imports them and dispatches (``associate``).
 
-``method="exact"`` is the exhaustive search over all 2^n states (sec. 3.1,
-eq. 2). It uses the quadratic form: for each chunk of states S it computes
-q(S) = 1/2 diag(S W S^T) once and the energies of all examples as h @ S^T + q,
-a matrix product costing n multiply-adds per state and example instead of the
-dim of a brute-force distance. The states are generated from their indices
-chunk by chunk inside ``lax.scan``, so memory stays at num_examples x chunk.
+``method="exact"`` is the exhaustive search over all 2^n states (Westerdijk, Barber
+and Wiegerinck (2001), sec. 3.1, eq. 2). It uses the quadratic form: for each chunk of
+states S it computes q(S) = 1/2 diag(S W S^T) once and the energies of all examples as
+h @ S^T + q, a matrix product costing n multiply-adds per state and example instead of
+the dim of a brute-force distance. The states are generated from their indices chunk
+by chunk inside ``lax.scan``, so memory stays at num_examples x chunk.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Association: find the binary state that best explains each example.
 
 ``associate(features, x, method=...)`` is the one entry point for every
-association method of seed 000 sec. 4 (``shared/MODELS.md`` 1.3). The energy
-minimised is read from the program (:mod:`inference.program.energy`), so a modified
-program is associated without changes here.
+association method of sec. 4 of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001. The energy minimised is read from the program
+(:mod:`inference.program.energy`), so a modified program is associated without
+changes here.
 
 The registry :data:`METHODS` and the exhaustive search live in
 :mod:`inference.association.base`; this module imports every method module (each adds
@@ -95,7 +97,8 @@ def associate(
         Data, one example per row.
     method : str
         One of :data:`METHODS`: ``"exact"`` (exhaustive search), ``"bp"``, ``"br"``,
-        ``"mf"``, ``"gibbs"``, ``"dbp"``, ``"dbr"``, ``"br+mf"`` (seed 000 sec. 4).
+        ``"mf"``, ``"gibbs"``, ``"dbp"``, ``"dbr"``, ``"br+mf"`` (Westerdijk, Barber
+        and Wiegerinck (2001), sec. 4).
     rng_key : jax.random key, optional
         Required by the randomised methods (random sequential orders, Gibbs).
     model : callable, optional

@@ -2,7 +2,8 @@
 
 This module holds DBR and what both share; DBP is in :mod:`inference.association.directed_bp`.
 
-Seed 000 sec. 4.2 and App. D-E (``shared/MODELS.md`` 1.3). The joint
+Westerdijk, Barber and Wiegerinck (2001; full citation under References), sec. 4.2
+and App. D-E. The joint
 p(x, s) = p(s) prod_a p(x_a | s) (eq. 9) is a bipartite directed graph: hidden
 unit S_j is a parent of visible unit X_a when F[j, a] != 0. Messages flow both
 ways along its edges: rho_{j->a}(s_j) from parent to child (eq. 32) and
@@ -88,8 +89,9 @@ program with further couplings between the units is outside these methods.
 
 References
 ----------
-Westerdijk, Barber, Wiegerinck, "Deterministic Generative Models for Fast
-Feature Discovery", sec. 4.2, App. D (eq. 31-35), App. E (eq. 36-37).
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, sec. 4.2, App. D
+(eq. 31-35), App. E (eq. 36-37).
 Pearl, "Probabilistic Reasoning in Intelligent Systems" (1988), ch. 4-5.
 """
 

@@ -1,9 +1,10 @@
 """Annealed directed belief propagation (DBP) on the directed graph s -> x of GVQ.
 
-Seed 000 sec. 4.2 and App. D (``shared/MODELS.md`` 1.3); the messages, the annealing
-of sigma and the Gauss-Hermite integrals are described in
-:mod:`inference.association.directed`, which also holds belief revision (DBR) and the
-helpers both use.
+Sec. 4.2 and App. D of M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic
+generative models for fast feature discovery", Data Mining and Knowledge Discovery
+5(4), 2001. The messages, the annealing of sigma and the Gauss-Hermite integrals
+are described in :mod:`inference.association.directed`, which also holds belief
+revision (DBR) and the helpers both use.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Message passing on the pairwise graph of GVQ: annealed BP and belief revision.
 
-Seed 000 sec. 4.1.1-4.1.2 and App. A-B (``shared/MODELS.md`` 1.3). The energy
+Sec. 4.1.1-4.1.2 and App. A-B of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001. The energy
 E_x(s) = sum_i h_i s_i + sum_{i<j} w_ij s_i s_j (read from the program) defines
 a pairwise graph with an edge wherever w_ij != 0. With binary units every
 message is kept as one number, the difference of its two entries:

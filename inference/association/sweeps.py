@@ -1,7 +1,9 @@
 """Pieces shared by the sweeping association methods (BP, BR, MF, Gibbs).
 
-Noise schedules (seed 000, App. A and C), random sequential visiting orders,
-and the bookkeeping of the lowest-energy state visited.
+Noise schedules (App. A and C of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001), random sequential visiting orders, and the
+bookkeeping of the lowest-energy state visited.
 """
 
 from __future__ import annotations

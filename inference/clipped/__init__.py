@@ -2,6 +2,6 @@
 
 References
 ----------
-D. D. Lee, H. Sompolinsky, "Learning a continuous hidden variable model for binary
-data", NIPS 1998.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999.
 """

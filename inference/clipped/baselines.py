@@ -1,9 +1,10 @@
-"""NumPyro's generic inference on the clipped-Gaussian program, as baselines (seed 001).
+"""NumPyro's generic inference on the clipped-Gaussian program, as baselines.
 
-The paper learns W by moment matching (:func:`inference.clipped.fit.fit_clipped_gaussian`,
-``shared/MODELS.md`` 2.2). Here NumPyro's generic machinery runs on the *same*
-program, :func:`ppl_models.clipped_gaussian.model`, unchanged (its likelihood is
-never re-typed here): the finite-noise probit layer P(s_a = +1 | y) =
+Lee and Sompolinsky (1999; full citation under References) learn W by moment
+matching (:func:`inference.clipped.fit.fit_clipped_gaussian`). Here NumPyro's
+generic machinery runs on the *same* program,
+:func:`ppl_models.clipped_gaussian.model`, unchanged (its likelihood is never
+re-typed here): the finite-noise probit layer P(s_a = +1 | y) =
 Phi((W y + xi)_a / sigma) with W ~ Normal(0, 1/sqrt(P)), xi ~ Normal(0, 1) and
 one hidden y ~ Normal(0, I_P) per pattern.
 
@@ -26,9 +27,10 @@ W averages over rotations and tends to zero.
 
 References
 ----------
-Lee, Sompolinsky, "Learning a Continuous Hidden Variable Model for Binary Data",
-NIPS 1998. Hoffman, Gelman, "The No-U-Turn Sampler", JMLR 15 (2014).
-Kingma, Ba, "Adam", ICLR 2015.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999.
+Hoffman, Gelman, "The No-U-Turn Sampler", JMLR 15 (2014). Kingma, Ba, "Adam",
+ICLR 2015.
 """
 
 from __future__ import annotations

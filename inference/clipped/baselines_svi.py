@@ -209,7 +209,7 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
 
     Guide: ``AutoGuideList`` of ``AutoDelta`` on the global W and xi (point
     estimates: the maximum a posteriori W, as EM would give, and a point W is
-    what the paper learns; a distribution over W would only smear it over its
+    what Lee and Sompolinsky (1999) learn; a distribution over W would only smear it over its
     rotations) and ``AutoNormal`` on the per-pattern y (a mean-field Gaussian
     q(y_mu) per pattern, whose parameters are (num_examples, P) arrays in the
     plate; ``AutoMultivariateNormal`` would couple all num_examples P hidden

@@ -1,4 +1,8 @@
-"""``ppl-zoo compare clipped``: moment matching against NumPyro's SVI and NUTS (seed 001).
+"""``ppl-zoo compare clipped``: moment matching against NumPyro's SVI and NUTS.
+
+The moment-matching fit is that of D. D. Lee and H. Sompolinsky, "Learning a
+continuous hidden variable model for binary data", Advances in Neural Information
+Processing Systems 11 (NIPS 1998), 1999.
 
 Data: patterns drawn from the clipped-Gaussian program
 (:func:`ppl_models.clipped_gaussian.generate`: W with unit-norm rows in random

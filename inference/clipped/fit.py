@@ -1,6 +1,10 @@
-"""Learning the clipped-Gaussian model by moment matching, and using it (seed 001).
+"""Learning the clipped-Gaussian model by moment matching, and using it.
 
-The paper's algorithm (``shared/MODELS.md`` 2.2), :func:`fit_clipped_gaussian`:
+The model and its learning rule are those of D. D. Lee and H. Sompolinsky, "Learning
+a continuous hidden variable model for binary data", Advances in Neural Information
+Processing Systems 11 (NIPS 1998), 1999 (the model is the program
+:func:`ppl_models.clipped_gaussian.model`). The paper's algorithm,
+:func:`fit_clipped_gaussian`:
 
 1. empirical means <s_a> and second moments C_ss_ab = <s_a s_b> of the patterns;
 2. biases xi_a = sqrt(2) erfinv(<s_a>) (eq. 9 with unit variances), so that
@@ -201,7 +205,7 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
 
     References
     ----------
-    Lee, Sompolinsky (seed 001), eq. 7-10 and the learning rule of the
+    Lee and Sompolinsky (1999), eq. 7-10 and the learning rule of the
     translation-invariant example.
     """
     streamed = is_stream(s)  # np.memmap, callable, list of batches, BatchSource

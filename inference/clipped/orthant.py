@@ -1,4 +1,4 @@
-"""Bivariate normal orthant probabilities and the pairwise correlation solve (seed 001).
+"""Bivariate normal orthant probabilities and the pairwise correlation solve.
 
 Phi2(h, k; rho) = P(u_a < h, u_b < k) for standard normals (u_a, u_b) with
 correlation rho is computed by Genz's method (2004), written here in JAX and
@@ -15,9 +15,9 @@ Gauss-Legendre nodes in both. Accuracy, measured against SciPy's Owen's T
 function (``tests/test_clipped_gaussian.py``): below 1e-14 absolute in float64
 for |h|, |k| < 6 and every rho in [-1, 1].
 
-The clipped-Gaussian model with biases (paper eq. 10; ``shared/MODELS.md`` 2.2)
-relates the binary second moment of a pair of units to the correlation rho of
-their Gaussians:
+The clipped-Gaussian model with biases (Lee and Sompolinsky (1999), eq. 10; the
+program :func:`ppl_models.clipped_gaussian.model`) relates the binary second moment
+of a pair of units to the correlation rho of their Gaussians:
 
     <s_a s_b> = 4 Phi2(xi_a, xi_b; rho) - 2 Phi(xi_a) - 2 Phi(xi_b) + 1,
 
@@ -28,10 +28,12 @@ leave it), vectorised over pairs in chunks.
 
 References
 ----------
-Lee, Sompolinsky (seed 001), eq. 7-10. Drezner, Wesolowsky (1990), "On the
-computation of the bivariate normal integral", J. Stat. Comput. Simul. 35,
-101-107; Genz (2004), "Numerical computation of rectangular bivariate and
-trivariate normal and t probabilities", Stat. Comput. 14, 251-260.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999,
+eq. 7-10. Drezner, Wesolowsky (1990), "On the computation of the bivariate normal
+integral", J. Stat. Comput. Simul. 35, 101-107; Genz (2004), "Numerical computation
+of rectangular bivariate and trivariate normal and t probabilities", Stat. Comput.
+14, 251-260.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The clipped-Gaussian model fitted in one pass over batches: :func:`fit_clipped_gaussian_stream`.
 
 The streamed counterpart of :func:`inference.clipped.fit.fit_clipped_gaussian`
-(seed 001 eq. 7-10), for patterns too many for memory. The fit needs the patterns only
-through their means <s_a> and second moments <s_a s_b>, so one pass suffices and
+(eq. 7-10 of D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable
+model for binary data", Advances in Neural Information Processing Systems 11
+(NIPS 1998), 1999), for patterns too many for memory. The fit needs the patterns
+only through their means <s_a> and second moments <s_a s_b>, so one pass suffices and
 nothing per pattern is kept: every batch adds sum_mu s_mu and sum_mu s_mu s_mu^T
 (integer counts, exact; :func:`inference.clipped.batch_moments.stream_moments`) and
 the in-memory fit then runs on the moments. The result equals the in-memory fit on

@@ -1,4 +1,4 @@
-"""Checkpoint and resume for the iterative fits (issue 10): the chunked driver.
+"""Checkpoint and resume for the iterative fits: the chunked driver.
 
 An iterative fit (EM, variational EM, SVI) is a loop ``while not done and it <
 num_iterations``. Its jitted loop takes one more bound, ``stop_at`` (a traced
@@ -27,9 +27,8 @@ checks both, and the data (its SHA-256), and names the first option that differs
 
 References
 ----------
-The project's issue 10 (reliability: checkpoint and resume). The chunked loop
-follows the pattern of NumPyro's ``SVI.run`` / BlackJAX's ``run_inference_algorithm``:
-a pure, jittable step driven from Python.
+The chunked loop follows the pattern of NumPyro's ``SVI.run`` / BlackJAX's
+``run_inference_algorithm``: a pure, jittable step driven from Python.
 """
 
 from __future__ import annotations

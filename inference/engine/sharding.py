@@ -1,4 +1,4 @@
-"""Data parallelism over JAX devices along the example axis (DESIGN.md "Scale").
+"""Data parallelism over JAX devices along the example axis (scaling to many devices).
 
 Every data-parallel step of the zoo's algorithms (E-steps, sufficient statistics,
 moments, association of many examples) is a sum over examples of a per-example

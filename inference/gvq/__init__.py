@@ -2,6 +2,6 @@
 
 References
 ----------
-M. Westerdijk, D. Barber, W. Wiegerinck, "Deterministic generative models for fast
-feature discovery", Data Mining and Knowledge Discovery, 2001.
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001.
 """

@@ -1,4 +1,4 @@
-"""GVQ-EM's mathematics (Westerdijk, Barber and Wiegerinck, sec. 3.1): state, init, step.
+"""GVQ-EM's mathematics (Westerdijk, Barber and Wiegerinck (2001), sec. 3.1): state, init, step.
 
 Each iteration alternates
 

@@ -15,7 +15,8 @@ program, unchanged:
   continuous site for the HMC half) on the finite-noise program, one chain per
   example under ``vmap``, keeping the lowest-energy state sampled. Single-site
   Gibbs at small noise mixes poorly between modes that differ in more than
-  one unit; that is the point of the papers' annealing.
+  one unit; that is the point of the annealing in Westerdijk, Barber and
+  Wiegerinck (2001).
 * :func:`fit_gvq_svi`: SVI with ``TraceEnum_ELBO`` (the binary units summed
   out exactly) and a point-mass guide on F, i.e. maximum a posteriori F of
   the finite-noise program by stochastic-gradient ascent (Adam).

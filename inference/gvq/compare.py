@@ -1,6 +1,8 @@
 """``ppl-zoo compare gvq``: GVQ's custom inference against NumPyro on one program.
 
-Data: the planted-feature generator of seed 000 sec. 4.3 (``ppl_models.gvq``),
+Data: the planted-feature generator of sec. 4.3 of M. Westerdijk, D. Barber and
+W. Wiegerinck, "Deterministic generative models for fast feature discovery", Data
+Mining and Knowledge Discovery 5(4), 2001 (:func:`ppl_models.gvq.generate_planted`),
 by default 500 examples, 6 features, dim 16, noise 0.1. Two tasks:
 
 * association with the planted F: exhaustive search through the program's

@@ -1,8 +1,10 @@
 """``ppl-zoo compare gvq-association``: every association method against NumPyro's.
 
-Seed 000 sec. 4.3 compares the association methods on random planted
-problems (``examples/gvq_association.py`` reproduces its figures); this is
-the small side-by-side version on the same program and data. Planted problems
+Sec. 4.3 of M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative
+models for fast feature discovery", Data Mining and Knowledge Discovery 5(4), 2001,
+compares the association methods on random planted problems
+(``examples/gvq_association.py`` reproduces its figures); this is the small
+side-by-side version on the same program and data. Planted problems
 from :func:`ppl_models.gvq.generate_planted` (s* ~ Bernoulli(1/2), noise 0.3
 by default):
 
@@ -39,10 +41,12 @@ from inference.association.core import associate
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import gibbs_associate, map_associate
 from ppl_models import gvq
+from ppl_models.references import REFERENCES
 
 __all__ = ["compare_gvq_association", "plot_gvq_association", "METHOD_NAMES"]
 
-#: Readable names of the association methods (seed 000 sec. 4).
+#: Readable names of the association methods (Westerdijk, Barber and Wiegerinck (2001),
+#: sec. 4).
 METHOD_NAMES = {
     "exact": "exhaustive search",
     "bp": "BP, annealed loopy sum-product",
@@ -208,7 +212,8 @@ def plot_gvq_association(result: ComparisonResult, path) -> None:
         ax_time.set_yticks(where, [""] * len(rows))
         ax_time.invert_yaxis()
         ax_time.set_xlabel("warm time, s (log scale)")
-    fig.suptitle("GVQ association (seed 000 sec. 4.3): ours (blue) and NumPyro (orange)")
+    fig.suptitle(f"GVQ association ({REFERENCES['gvq'].short}, sec. 4.3): ours (blue) "
+                 "and NumPyro (orange)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -1,7 +1,9 @@
 """``ppl-zoo compare gvq-learning``: learning GVQ features, EM against NumPyro's SVI and MCMC.
 
-Seed 000 sec. 3.1 learns the features by EM in the sigma -> 0 limit, with any
-association method in the E-step; sec. 4.3 runs it on planted problems. This
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, learn the features
+by EM in the sigma -> 0 limit with any association method in the E-step (sec. 3.1)
+and run it on planted problems (sec. 4.3). This
 comparison runs every learner on the same planted data (the generator of
 :func:`ppl_models.gvq.generate_planted`: n = 6 features, dim 12, dense
 F ~ N(2, 1), s* ~ Bernoulli(1/2), noise sqrt(0.1) as in sec. 4.3.1; 300
@@ -61,7 +63,8 @@ from ppl_models import gvq
 
 __all__ = ["compare_gvq_learning", "plot_gvq_learning", "EM_METHODS"]
 
-#: Association methods of the EM rows, with readable names (seed 000 sec. 4).
+#: Association methods of the EM rows, with readable names (Westerdijk, Barber and
+#: Wiegerinck (2001), sec. 4).
 EM_METHODS = {
     "exact": "EM, exact association",
     "br": "EM, BR association",

@@ -1,6 +1,8 @@
-"""Association and M-steps for the constrained GVQ programs (seed 000 sec. 5).
+"""Association and M-steps for the constrained GVQ programs.
 
-``ppl_models.gvq.model`` takes three constraints (``shared/MODELS.md`` 1.5):
+The constraints are those of sec. 5 of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001. :func:`ppl_models.gvq.model` takes three of them:
 
 * ``num_sets=G`` (sec. 5.1): the features form G sets, each with an origin that
   is always on within its set; an example uses exactly one set. Association is
@@ -193,7 +195,8 @@ def associate_states(model, x, kwargs, *, method="exact", latent="s", noise=None
 
 def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key=None,
                    model=None, model_kwargs=None, latent="s", noise=None, **options):
-    """Winner-take-all association over feature sets (seed 000 sec. 5.1).
+    """Winner-take-all association over feature sets (Westerdijk, Barber and Wiegerinck
+    (2001), sec. 5.1).
 
     Parameters
     ----------

@@ -1,10 +1,10 @@
-"""Description length and the PCA / NMF / VQ baselines of the MCVQ experiments (seed 004 sec. 5.1).
+"""Description length and the PCA / NMF / VQ baselines of the MCVQ experiments.
 
-The paper compares methods "with similar description lengths" and defines
-(sec. 5.1, footnote) the description length as "the number of bits required
-to represent the model, plus the number of bits to encode all the test
-examples using the model". It states no quantisation; ours, applied to every
-method alike, is:
+Ross and Zemel (2003; full citation under References) compare methods "with
+similar description lengths" (sec. 5.1) and define (sec. 5.1, footnote) the
+description length as "the number of bits required to represent the model, plus
+the number of bits to encode all the test examples using the model". The paper
+states no quantisation; ours, applied to every method alike, is:
 
 * **Real numbers** (model parameters and per-example coefficients) cost
   ``bits_per_parameter`` and ``bits_per_coefficient`` bits each, default 8
@@ -58,8 +58,9 @@ size, about 10 s each here, too slow for a sweep of sizes).
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.1 and its footnote (description length), Fig. 3 (VQ, PCA, NMF).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003: sec. 5.1 and its footnote
+(description length), Fig. 3 (VQ, PCA, NMF).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class DescriptionLength(NamedTuple):
     encoding_bits : float
         Bits to encode all test examples with the model.
     total_bits : float
-        Their sum, the description length (seed 004 sec. 5.1, footnote).
+        Their sum, the description length (Ross and Zemel (2003), sec. 5.1, footnote).
     """
 
     model_bits: float

@@ -1,5 +1,6 @@
-"""GVQ learning: EM in the sigma -> 0 limit (Westerdijk and Wiegerinck, "Generative
-vector quantisation", ICANN 1999, sec. 3.1).
+"""GVQ learning: EM in the sigma -> 0 limit (M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and Knowledge
+Discovery 5(4), 2001, sec. 3.1).
 
 The public fit :func:`fit_gvq`: it checks its arguments, builds the starts, runs the
 EM step of :mod:`inference.gvq.algorithm` through the engine

@@ -1,5 +1,7 @@
 """GVQ fitted by passes over batches: the streamed counterpart of
-:func:`inference.gvq.em.fit_gvq` (seed 000 sec. 3.1), for data too large for memory.
+:func:`inference.gvq.em.fit_gvq` (sec. 3.1 of M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and Knowledge
+Discovery 5(4), 2001), for data too large for memory.
 
 The source of rows is anything :class:`inference.engine.streaming.BatchSource` accepts
 (a numpy array or ``np.memmap`` cut into row blocks, a callable returning a fresh
@@ -192,7 +194,8 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
         raise MissingKeyError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     if binary or (model_kwargs or {}).get("binary", False):
         raise ValueError("binary=True does not stream: its M-step is L-BFGS on the energy of "
-                         "the whole data set (sec. 5.3), not a solve from sums over batches; "
+                         "the whole data set (Westerdijk, Barber and Wiegerinck (2001), "
+                         "sec. 5.3), not a solve from sums over batches; "
                          "fit binary data in memory with inference.gvq.em.fit_gvq")
     num_features = check_positive_int(num_features, "num_features")
     max_iterations = check_positive_int(max_iterations, "max_iterations")

@@ -1,4 +1,4 @@
-"""The MCVQ baselines and their scoring (seeds 003-004; MODELS.md 4).
+"""The MCVQ baselines and their scoring (the program of :mod:`ppl_models.mcvq`).
 
 * :mod:`inference.mcvq.baselines_svi`: NumPyro's SVI on the MCVQ program with r and s
   enumerated (:func:`fit_mcvq_svi`, the exact likelihood) or with the paper's mean-field

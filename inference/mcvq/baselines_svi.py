@@ -1,11 +1,11 @@
-"""NumPyro's generic SVI on the MCVQ program, as baselines (seeds 003-004; MODELS.md 4).
+"""NumPyro's generic SVI on the MCVQ program (:mod:`ppl_models.mcvq`), as baselines.
 
-The paper fits MCVQ by variational EM (:func:`inference.mcvq.em.fit_mcvq`, seed 004
-sec. 3). Here NumPyro's SVI runs on the *same* program, the enumerable form of
-:func:`ppl_models.mcvq.model` (``enumerable=True``: one site "s_k" per VQ, same
-density as the default form), with r and s per example (the paper's
-generative model, sec. 2) and the selection priors a, b fixed (uniform by
-default, as in the paper):
+The paper (Ross and Zemel (2003), below) fits MCVQ by variational EM
+(:func:`inference.mcvq.em.fit_mcvq`, sec. 3). Here NumPyro's SVI runs on the *same*
+program, the enumerable form of :func:`ppl_models.mcvq.model` (``enumerable=True``:
+one site "s_k" per VQ, same density as the default form), with r and s per example
+(the paper's generative model, sec. 2) and the selection priors a, b fixed (uniform
+by default, as in the paper):
 
 * :func:`fit_mcvq_svi`: ``TraceEnum_ELBO`` with r and s_0 .. s_{K-1} enumerated
   in the model (summed out exactly) and no latent site left for the guide, so
@@ -44,7 +44,8 @@ description of the SVI (:class:`inference.engine.svi.SVIFit`), through the engin
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 2-3.
 Obermeyer et al., "Tensor Variable Elimination for Plated Factor Graphs", ICML 2019
 (the enumeration behind ``TraceEnum_ELBO``). Kingma, Ba, "Adam", ICLR 2015.
 """

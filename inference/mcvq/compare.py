@@ -1,4 +1,8 @@
-"""``ppl-zoo compare mcvq``: variational EM against NumPyro's SVI on the MCVQ program (seed 004).
+"""``ppl-zoo compare mcvq``: variational EM against NumPyro's SVI on the MCVQ program.
+
+The model and its fit are those of D. A. Ross and R. S. Zemel, "Multiple cause
+vector quantization", Advances in Neural Information Processing Systems 15
+(NIPS 2002), 2003 (sections cited below).
 
 Data: one planted MCVQ of :func:`ppl_models.mcvq.generate` (by default D = 12
 dimensions split among K = 3 VQs of J = 4 states, means ~ Normal(0, 3),
@@ -11,7 +15,7 @@ and the same start (:func:`inference.mcvq.em.init` with one key, one start each)
 * ours (:func:`inference.mcvq.em.fit_mcvq`): the paper's variational EM with the
   inverse temperature annealed from N - 1 to 1 (sec. 3, 5.1; it ends on the
   shared-r free energy F_1), and the same at the constant T = N, which lowers
-  the program's own free energy F_N (MODELS.md 4.2);
+  the program's own free energy F_N (:mod:`inference.mcvq.core`);
 * NumPyro SVI (:mod:`inference.mcvq.baselines`): ``TraceEnum_ELBO`` with r
   and s summed out (maximum likelihood of mu, sigma), and ``TraceEnum_ELBO``
   with the paper's mean-field guide enumerated (it lowers F_N by gradient steps);

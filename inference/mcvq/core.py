@@ -1,5 +1,5 @@
 """The mathematics of the variational EM for Multiple Cause Vector Quantization
-(seed 004 sec. 3; MODELS.md 4.2).
+(Ross and Zemel (2003), sec. 3).
 
 The posterior over the selections of the MCVQ program (``ppl_models.mcvq``)
 is approximated by Q(R, S | x^c) = prod_dk g_dk^{r_dk} prod_kj (m^c_kj)^{s_kj},
@@ -61,8 +61,9 @@ parameters.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 3 (free energy, E- and M-steps, annealing), sec. 5.1-5.2 (schedule, missing data).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003: sec. 3 (free energy, E- and M-steps,
+annealing), sec. 5.1-5.2 (schedule, missing data).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Multiple Cause Vector Quantization fitted by the paper's annealed variational EM
-(seed 004 sec. 3; MODELS.md 4.2): the public fit.
+(Ross and Zemel (2003), sec. 3): the public fit.
 
 The mathematics (the free energy F_T, the E-, g- and M-steps from the statistics,
 the start, the temperature schedule) is in :mod:`inference.mcvq.core`; this module
@@ -10,8 +10,9 @@ need are re-exported here.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 3 (free energy, E- and M-steps, annealing), sec. 5.1-5.2 (schedule, missing data).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003: sec. 3 (free energy, E- and M-steps,
+annealing), sec. 5.1-5.2 (schedule, missing data).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scoring an MCVQ fit alike for every learner (seeds 003-004; MODELS.md 4).
+"""Scoring an MCVQ fit (:mod:`ppl_models.mcvq`) alike for every learner.
 
 The same measures for every learner (``inference.mcvq.compare``, benchmarks/mcvq.py):
 
@@ -19,7 +19,8 @@ N D J^K K (memory of one loss evaluation); larger problems raise ValueError.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 2-3.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def exact_log_likelihood(x, mu, sigma, *, mask=None, a=None, b=None):
     """log p(x^c | mu, sigma, a, b) of the per-example program, r and s summed out, (N,).
 
     log p(x^c) = log sum_s prod_k b_{k s_k} prod_d sum_k a_dk N(x^c_d; mu_{d k s_k},
-    sigma_{d k s_k}) over the J^K joint states s (seed 004 sec. 2); the Gaussian
+    sigma_{d k s_k}) over the J^K joint states s (Ross and Zemel (2003), sec. 2); the Gaussian
     terms are read from the program (:func:`inference.mcvq.em.likelihood_terms`).
     Missing entries (``mask`` False; any value, NaN included) drop out. The
     exact likelihood that :func:`fit_mcvq_svi` maximises, and an upper bound on
@@ -157,7 +158,7 @@ def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
                     max_iterations: int = 50):
     """The factorised (g, m) for fixed mu, sigma: E-steps and g-steps at T = N (sec. 3).
 
-    Each step is the exact block minimiser of F_N (MODELS.md 4.2) with mu,
+    Each step is the exact block minimiser of F_N (:mod:`inference.mcvq.core`) with mu,
     sigma held, so -F_N / N rises monotonically to a local optimum. Used to
     give the ELBO of a learner without a guide of its own (``fit_mcvq_svi``).
 

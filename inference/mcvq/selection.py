@@ -1,4 +1,4 @@
-"""The MCVQ side of :func:`inference.app.selection.model_selection` (MODELS.md 4.4).
+"""The MCVQ side of :func:`inference.app.selection.model_selection`.
 
 Scores one MCVQ candidate (K VQs of J states) on the log scale, per example,
 higher is better, from the fits of :mod:`inference.mcvq.em` (the paper's
@@ -28,8 +28,11 @@ on the Bayesian program:
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 2-3.
-Ross, slides (seed 003): VB MCVQ and model selection. Schwarz (1978) for BIC.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 2-3.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: VB MCVQ and model selection.
+Schwarz (1978) for BIC.
 Vehtari, Gelman and Gabry (2017), "Practical Bayesian model evaluation using
 leave-one-out cross-validation and WAIC", Statistics and Computing 27.
 """

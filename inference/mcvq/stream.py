@@ -1,7 +1,9 @@
 """MCVQ fitted by passes over batches of rows: :func:`fit_mcvq_stream`.
 
-The streamed counterpart of :func:`inference.mcvq.em.fit_mcvq` (variational EM, seed 004
-sec. 3) for data too large for memory. The rows come from anything
+The streamed counterpart of :func:`inference.mcvq.em.fit_mcvq` (the variational EM of
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3) for data too large for
+memory. The rows come from anything
 :class:`inference.engine.streaming.BatchSource` accepts (a numpy array or ``np.memmap``
 cut into row blocks, a callable returning a fresh iterator of arrays, a list of arrays),
 with the missing-value mask streamed beside them (:class:`inference.mcvq.sources.MaskedSource`:
@@ -61,7 +63,7 @@ from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_positive, check_positive_int
 
 # ---------------------------------------------------------------------------------------
-# MCVQ (seed 004 sec. 3): sources with masks.
+# MCVQ (Ross and Zemel (2003), sec. 3): sources with masks.
 
 
 def _unpack(packed, shift):

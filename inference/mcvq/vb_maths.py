@@ -1,5 +1,6 @@
-"""Variational Bayes MCVQ with pruning of VQs and states: the mathematics (slides seed 003;
-MODELS.md 4.4). The fit itself, :func:`inference.mcvq.vb.fit_vb_mcvq`, drives these steps.
+"""Variational Bayes MCVQ with pruning of VQs and states: the mathematics (the "VB MCVQ"
+of the slides of Ross and Zemel (2002)). The fit itself,
+:func:`inference.mcvq.vb.fit_vb_mcvq`, drives these steps.
 
 The program is ``ppl_models.mcvq.model(bayesian=True, shared_r=True)``: Gamma(a0, b0)
 priors on the precisions tau_dkj = 1 / sigma_dkj^2, independent Normal(m0_d, 1 / beta0)
@@ -22,7 +23,7 @@ dimension d are its posterior *given* r_d = k, and the prior otherwise,
 (mean-field between mu and tau, and between dimensions, examples and r, s; the
 parameters of VQs that do not explain dimension d are not constrained by x_d,
 so their exact posterior given r is the prior). *Factorised*
-(``conditional=False``): the fully factorised Q(mu) Q(tau) Q(R, S) of the issue.
+(``conditional=False``): the fully factorised Q(mu) Q(tau) Q(R, S).
 Why the default: in the factorised family the data reach Q(mu_dk.) only with
 weight g_dk, so a VQ that does not yet explain dimension d keeps the prior there,
 explains x_d badly, and never wins it: g stays at its starting partition
@@ -92,15 +93,17 @@ declared at a constant temperature.
 The state has a fixed size (``max_vqs`` x ``max_states`` slots with ``active``
 masks), so :func:`init` and :func:`step` are pure and jittable and the driver
 (:mod:`inference.mcvq.vb`) runs them on the engine (:mod:`inference.engine.loop`).
-Missing entries (``mask`` False) drop out of every sum over c (seed 004 sec. 5.2), as
+Missing entries (``mask`` False) drop out of every sum over c (Ross and Zemel (2003), sec. 5.2), as
 in ``inference.mcvq.em``; x is centred per dimension on its observed mean internally
 (m0 shifted with it), as there.
 
 References
 ----------
-Ross, slides "Multiple Cause Vector Quantization" (seed 003): VB MCVQ, pruning VQs
-with alpha_k ~ 0 and states with pi_kj ~ 0.
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 3.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: VB MCVQ, pruning VQs with
+alpha_k ~ 0 and states with pi_kj ~ 0.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 3.
 Corduneanu, A. and Bishop, C. M. (2001), "Variational Bayesian model selection for
 mixture distributions", AISTATS, sec. 2-4 (factorised Q, type-II ML weights, pruning).
 Bishop, C. M. (2006), Pattern Recognition and Machine Learning, sec. 10.1.3 and 10.2

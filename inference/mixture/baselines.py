@@ -1,12 +1,13 @@
-"""NumPyro's generic inference on the Gaussian-mixture program, as baselines (seed 002).
+"""NumPyro's generic inference on the Gaussian-mixture program, as baselines.
 
-The paper fits the mixture by EM and its hard limits (:func:`inference.mixture.em.fit_mixture`,
-``shared/MODELS.md`` 3). Here NumPyro's generic machinery runs on the *same*
-program, :func:`ppl_models.mixture.model`, unchanged: y ~ Categorical(alpha) marked
-``infer={"enumerate": "parallel"}``, x | y ~ Normal(m_y, Sigma_y), and the parameters
-as sample sites with the program's priors, alpha ~ Dirichlet(1), m ~ Normal(0,
-``prior_scale``), standard deviations ``"sd"`` ~ HalfNormal(``prior_scale``) and, for
-full covariances, Cholesky factors of correlations ``"corr"`` ~ LKJ(2).
+Xu (1995; full citation under References) fits the mixture by EM and its hard
+limits (:func:`inference.mixture.em.fit_mixture`). Here NumPyro's generic machinery
+runs on the *same* program, :func:`ppl_models.mixture.model`, unchanged:
+y ~ Categorical(alpha) marked ``infer={"enumerate": "parallel"}``, x | y ~
+Normal(m_y, Sigma_y), and the parameters as sample sites with the program's priors,
+alpha ~ Dirichlet(1), m ~ Normal(0, ``prior_scale``), standard deviations ``"sd"`` ~
+HalfNormal(``prior_scale``) and, for full covariances, Cholesky factors of
+correlations ``"corr"`` ~ LKJ(2).
 
 * :func:`fit_mixture_svi`: SVI with ``TraceEnum_ELBO`` (y summed out exactly) and a
   point-mass guide (``AutoDelta``) on alpha, m, sd, corr: the maximum a posteriori
@@ -30,8 +31,10 @@ wise summaries are taken after aligning every draw to a pivot (:func:`align_draw
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 4 (eq. 13-18). Hoffman, Gelman, "The No-U-Turn
-Sampler", JMLR 15 (2014). Kingma, Ba, "Adam", ICLR 2015. Marin, Mengersen, Robert,
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 4 (eq. 13-18). Hoffman, Gelman,
+"The No-U-Turn Sampler", JMLR 15 (2014). Kingma, Ba, "Adam", ICLR 2015. Marin, Mengersen, Robert,
 "Bayesian modelling and inference on mixtures of distributions", Handbook of
 Statistics 25 (2005), sec. 4.1. Vehtari, Gelman, Gabry, "Practical Bayesian model
 evaluation using leave-one-out cross-validation and WAIC", Stat. Comput. 27 (2017).

@@ -125,7 +125,8 @@ def check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prun
     keep = np.flatnonzero(active)
     if keep.size == 0:
         raise ValueError(
-            f"{caller}: the sec. 5.2 pruning discarded all {k} components (min_count="
+            f"{caller}: automatic selection (Xu (1995), sec. 5.2): pruning discarded all "
+            f"{k} components (min_count="
             f"{min_count} points each, variance_threshold={variance_threshold}; {data_name} "
             f"has {num} examples in {dim} dimensions); use fewer components, "
             "covariance='diag' or 'spherical', a smaller min_count, or prune=False")

@@ -1,4 +1,8 @@
-"""``ppl-zoo compare mixture``: EM and its limits against NumPyro's SVI and NUTS (seed 002).
+"""``ppl-zoo compare mixture``: EM and its limits against NumPyro's SVI and NUTS.
+
+EM and its limits are those of L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme
+for unified learnings and new results on vector quantization", Proceedings of the
+International Conference on Neural Information Processing (ICONIP'95), 1995.
 
 Data: one planted mixture of :func:`ppl_models.mixture.generate` (by default k = 3
 components in d = 2, separation 4, unequal weights and elongated covariances),

@@ -1,7 +1,7 @@
-"""EM, hard-cut EM and k-means on the Gaussian-mixture program (seed 002 sec. 4-5).
+"""EM, hard-cut EM and k-means on the Gaussian-mixture program (Xu (1995), sec. 4-5).
 
-One program (``ppl_models.mixture.model``), three limits of the YING-YANG
-alternation (``shared/MODELS.md`` 3), :func:`fit_mixture`'s ``mode``:
+One program (:func:`ppl_models.mixture.model`), three limits of the YING-YANG
+alternation (sec. 4.1-4.3), :func:`fit_mixture`'s ``mode``:
 
 * ``"stochastic"`` -- SVQ = EM (eq. 17-18): responsibilities P(y | x_i) from the
   program, then weighted means, covariances and weights n_y / N;
@@ -69,7 +69,10 @@ checkpoints and splits the examples over devices; a stream of batches goes to
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24), 5.2.
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24),
+5.2.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The M-step of the mixture fit: the moment form of the statistics, its exact
-fallback, pruning and the padded state."""
+fallback, pruning and the padded state.
+
+Equation numbers refer to L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for
+unified learnings and new results on vector quantization", Proceedings of the
+International Conference on Neural Information Processing (ICONIP'95), 1995.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Online learning of the Gaussian-mixture program: adaptive EM and competitive learning.
 
-Seed 002 sec. 6 (``shared/MODELS.md`` 3). Every method is a pure, jittable
+The online methods of sec. 6 of Xu (1995) (full citation under References below),
+on the program :func:`ppl_models.mixture.model`. Every method is a pure, jittable
 :func:`step` that takes one example x_t of a stream, with :func:`run` (a
 ``lax.scan`` over a stream) and the driver :func:`fit_online` (shuffled passes
 over a data set run through the engine, one pass an iteration,
@@ -47,8 +48,9 @@ Methods (``METHODS``):
 * ``"fscl"`` -- frequency-sensitive CL (Ahalt et al. 1990): winner by
   f_y ||x_t - m_y||^2, f_y = (n_y + 1) / sum_r (n_r + 1) the unit's win frequency.
 * ``"cl_posterior"`` -- eq. 27-28: winner c = argmax_y P(y | x_t) = argmin_y
-  (x - m_y)^T Sigma_y^{-1} (x - m_y) + log|Sigma_y| - 2 log alpha_y (the program's
-  log joint; MODELS.md's corrected factor 2). The winner's covariance and the
+  (x - m_y)^T Sigma_y^{-1} (x - m_y) + log|Sigma_y| - 2 log alpha_y (minus twice the
+  program's log joint, up to a constant; the factor 2 on log alpha_y is the zoo's
+  correction of the paper's eq. 28). The winner's covariance and the
   weights adapt too, eq. 25 with winner-take-all (h(c|x_t) = 1/t):
   Sigma_c <- (1 - eta_S) Sigma_c + eta_S (x_t - m_c)(x_t - m_c)^T and
   alpha <- (t alpha + e_c) / (t + 1) (the win frequency, ``prior_count``
@@ -91,7 +93,10 @@ beta_c [1 - P^(t)(c|x_t)] / t.
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 6.1 (eq. 25), 6.2 (eq. 27-28, "20").
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 6.1 (eq. 25), 6.2 (eq. 27-28,
+"20").
 Xu, Krzyzak and Oja (1993), Rival penalized competitive learning, IEEE TNN 4(4).
 Ahalt, Krishnamurthy, Chen and Melton (1990), Competitive learning algorithms
 for vector quantization, Neural Networks 3(3).

@@ -1,5 +1,10 @@
 """The online learning rules of the mixture (adaptive EM, CL, FSCL, CL-posterior,
-RPCL): their state, one step, a run over a stream and the start."""
+RPCL): their state, one step, a run over a stream and the start.
+
+Section and equation numbers refer to L. Xu, "YING-YANG machine: a Bayesian-Kullback
+scheme for unified learnings and new results on vector quantization", Proceedings of
+the International Conference on Neural Information Processing (ICONIP'95), 1995.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Choosing the number of mixture components (seed 002 sec. 5.1; MODELS.md 3).
+"""Choosing the number of mixture components (Xu (1995), sec. 5.1).
 
 The YING-YANG criteria score a k-component fit of the program by the limit of
 the alternation it was fitted with (``inference.mixture.em.CRITERIA`` below):
@@ -28,8 +28,10 @@ the choice, reported in ``degenerate`` and warned about.
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 4.3 (eq. 20-22), 5.1 (eq. 24). Schwarz (1978)
-for BIC, Akaike (1974) for AIC, Vehtari, Gelman and Gabry (2017) for PSIS-LOO.
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 4.3 (eq. 20-22), 5.1 (eq. 24).
+Schwarz (1978) for BIC, Akaike (1974) for AIC, Vehtari, Gelman and Gabry (2017) for PSIS-LOO.
 """
 
 from __future__ import annotations

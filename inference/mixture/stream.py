@@ -1,7 +1,7 @@
 """The mixture's EM by passes over a stream of batches (:func:`fit_mixture_stream`).
 
 For data that do not fit in memory the mixture fit of :mod:`inference.mixture.em`
-(seed 002 sec. 4-5, eq. 17-22) runs over a *source* of row batches
+(Xu (1995), sec. 4-5, eq. 17-22) runs over a *source* of row batches
 (:class:`BatchSource`): a numpy array or ``np.memmap`` cut into row blocks (only
 one block is read and sent to the device at a time), a zero-argument callable
 returning a fresh iterator of arrays, or a re-iterable collection of arrays (EM
@@ -40,7 +40,9 @@ batch and pass to pass.
 
 References
 ----------
-Xu (1995), YING-YANG machine, sec. 4.1-4.3 (eq. 13-22), 5.2.
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995, sec. 4.1-4.3 (eq. 13-22), 5.2.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Energies of binary latent sites, read off a NumPyro program by autodiff.
 
-For GVQ (seed 000, sec. 4.1, eq. 6-7; ``shared/MODELS.md`` 1.2) the energy of
-the association step is
+For GVQ (:mod:`ppl_models.gvq`; M. Westerdijk, D. Barber and W. Wiegerinck,
+"Deterministic generative models for fast feature discovery", Data Mining and
+Knowledge Discovery 5(4), 2001, sec. 4.1, eq. 6-7) the energy of the association
+step is
 
     E_x(s) = ||x - s @ F||^2 = ||x||^2 + sum_i h_i s_i + sum_{i<j} w_ij s_i s_j,
     h_i = -2 f_i.x + f_i.f_i,   w_ij = 2 f_i.f_j,

@@ -4,11 +4,12 @@ Every model of the zoo is written with *finite* Gaussian observation noise
 sigma, so that NumPyro's generic inference runs on it unchanged. The papers'
 algorithms work at other noise levels:
 
-* annealing schedules lower sigma step by step (seed 000, App. A and C: the
-  belief-propagation and mean-field sweeps halve sigma^2 per sweep);
-* the deterministic models are the sigma -> 0 limit (seed 000, sec. 3: GVQ is
-  the cooperative vector quantiser without noise; seed 001: the clip is the
-  probit layer without noise).
+* annealing schedules lower sigma step by step (Westerdijk, Barber and Wiegerinck
+  (2001), App. A and C: the belief-propagation and mean-field sweeps halve sigma^2
+  per sweep);
+* the deterministic models are the sigma -> 0 limit (Westerdijk, Barber and
+  Wiegerinck (2001), sec. 3: GVQ is the cooperative vector quantiser without noise;
+  Lee and Sompolinsky (1999): the clip is the probit layer without noise).
 
 The two messengers here express both without editing a model:
 
@@ -29,6 +30,13 @@ Observed Gaussian sites are ``Normal`` distributions, possibly wrapped in
 ``scale`` is the noise of the x they clip: under ``noiseless`` they become
 ``NoiselessClip`` (score -min(0, s loc)^2, sample sign(loc): the deterministic clip).
 Pass ``sites=`` to restrict a handler to named sites; a named site that is not Gaussian is an error.
+
+References
+----------
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999.
 """
 
 from __future__ import annotations
@@ -242,8 +250,9 @@ class noiseless(_GaussianSiteMessenger):
     all other sample sites (priors on latents, non-Gaussian observations) are
     scaled by zero, since 2 sigma^2 times a sigma-independent log-density
     vanishes in the limit. The log-density of the handled program is then minus
-    the energy E(s, x) of seed 000, eq. 5. Unobserved Gaussian sites named in
-    ``sites`` sample their mean, which is the deterministic generative model.
+    the energy E(s, x) of Westerdijk, Barber and Wiegerinck (2001), eq. 5. Unobserved
+    Gaussian sites named in ``sites`` sample their mean, which is the deterministic
+    generative model.
 
     Parameters
     ----------

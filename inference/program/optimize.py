@@ -2,9 +2,17 @@
 
 :func:`lbfgs_minimize` wraps ``optax.lbfgs`` (zoom line search, strong Wolfe
 conditions) in a ``lax.while_loop``, so that it is jittable and ``vmap``-able.
-Users: the binary GVQ M-step (``inference.gvq.constraints.binary_m_step``, seed
-000 sec. 5.3) and the MAP of the hidden causes of the clipped-Gaussian model
-(``inference.clipped.fit.infer_hidden``, seed 001).
+Users: the binary GVQ M-step (``inference.gvq.constraints.binary_m_step``,
+Westerdijk, Barber and Wiegerinck (2001), sec. 5.3) and the MAP of the hidden causes of
+the clipped-Gaussian model (``inference.clipped.fit.infer_hidden``, Lee and Sompolinsky
+(1999)).
+
+References
+----------
+M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
+feature discovery", Data Mining and Knowledge Discovery 5(4), 2001.
+D. D. Lee and H. Sompolinsky, "Learning a continuous hidden variable model for binary
+data", Advances in Neural Information Processing Systems 11 (NIPS 1998), 1999.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Shapes images with K causes, J positions and optionally overlapping causes.
 
-A generalisation of the MCVQ paper's shapes data (seed 004 sec. 5.1, Fig. 2;
-``ppl_models.datasets.shapes``) for model selection over the number of causes
-and states (issue 8) and for the slides' "Overlapping Causes" experiment
-(seed 003: "with current implementation, g_ik's always binary ... would like
+A generalisation of the MCVQ paper's shapes data (Ross and Zemel (2003), sec. 5.1,
+Fig. 2; ``ppl_models.datasets.shapes``) for model selection over the number of causes
+and states and for the slides' "Overlapping Causes" experiment
+(Ross and Zemel (2002): "with current implementation, g_ik's always binary ... would like
 non-binary g's in some cases, e.g. at object borders ... Results: still
 binary!").
 
@@ -53,9 +53,11 @@ shared pixel.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.1 and Fig. 2. Ross, Zemel, slides on MCVQ (seed 003): "Overlapping
-Causes" and "Current directions" (model selection over K and J).
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.1 and Fig. 2.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
+University of Toronto, 2002: "Overlapping Causes" and "Current directions" (model selection
+over K and J).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Face images bundled with scikit-image, scaled to [-1, 1] (seed 004 sec. 5.1, faces).
+"""Face images bundled with scikit-image, scaled to [-1, 1] (Ross and Zemel 2003, sec. 5.1).
 
 The paper trains MCVQ on the CBCL face database (19 x 19 grey-scale frontal
 faces, 1800 training and 629 test images, pixel values in [-1, 1]); it is not
@@ -25,8 +25,9 @@ images as the ratio allows for the 6 x 12 = 72 states of the paper's model.
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.1 and Fig. 4. Huang, Lee and Learned-Miller, Labeled Faces in the Wild
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.1 and Fig. 4.
+Huang, Lee and Learned-Miller, Labeled Faces in the Wild
 (the source of scikit-image's subset).
 """
 

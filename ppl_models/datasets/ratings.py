@@ -1,9 +1,9 @@
-"""MovieLens-style ratings as a dense (users x movies) matrix with a mask (seed 004 sec. 5.2).
+"""MovieLens-style ratings as a dense (users x movies) matrix with a mask.
 
-The MCVQ collaborative-filtering experiment (sec. 5.2) treats each user as one
-example whose dimensions are the movies; a movie the user did not rate is a
-missing dimension (a leaf of the graph that drops out of inference). This
-module turns ratings in the standard MovieLens layout into that form:
+The MCVQ collaborative-filtering experiment (Ross and Zemel (2003), sec. 5.2)
+treats each user as one example whose dimensions are the movies; a movie the
+user did not rate is a missing dimension (a leaf of the graph that drops out of
+inference). This module turns ratings in the standard MovieLens layout into that form:
 
 * ``ratings.csv``: a header ``userId,movieId,rating,timestamp`` (the column order
   is free, further columns are ignored, ``timestamp`` is optional and used only
@@ -48,7 +48,8 @@ paper's EachMovie ratings (integers 1-6).
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 5.2.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.2.
 Harper and Konstan, "The MovieLens Datasets: History and Context", ACM TiiS 2015.
 """
 

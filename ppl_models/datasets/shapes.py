@@ -1,4 +1,4 @@
-"""The shapes images of the MCVQ paper (seed 004 sec. 5.1, Fig. 2).
+"""The shapes images of the MCVQ paper (Ross and Zemel 2003, sec. 5.1, Fig. 2).
 
 Every image is 11 x 11 pixels and holds three shapes, each 3 rows tall, at
 fixed horizontal positions (columns) and independent, uniform vertical
@@ -28,12 +28,12 @@ training; all 27 are in the test set, and :func:`near_top_images` returns them
 columns are disjoint, so at most one can), or -1 for the 10 pixels no position
 of any shape reaches (they are -1 in every image). :func:`purity` scores a
 learnt g (D, K) against it: how well the VQs partition the pixels along the
-shapes (seed 004 sec. 5.1: "the specialization of each VQ to one of the shapes").
+shapes (sec. 5.1: "the specialization of each VQ to one of the shapes").
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004),
-sec. 5.1 and Fig. 2.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.1 and Fig. 2.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Bag-of-words counts of a bundled corpus, normalised to equal length (seed 004 sec. 5.3).
+"""Bag-of-words counts of a bundled corpus, normalised to equal length.
 
-The MCVQ text experiment (sec. 5.3) used the NIPS proceedings: common words
-removed, words appearing in fewer than five documents removed, and each
-document's vector of word counts "normalized so that each contained the same
-number of words". The NIPS corpus is not available offline; this module applies
+The MCVQ text experiment (Ross and Zemel (2003), sec. 5.3) used the NIPS
+proceedings: common words removed, words appearing in fewer than five documents
+removed, and each document's vector of word counts "normalized so that each
+contained the same number of words". The NIPS corpus is not available offline; this module applies
 the same preprocessing to any list of documents (:func:`bag_of_words`) and to the
 Lee background corpus that gensim ships in its test data (:func:`load_lee_corpus`):
 300 short Australian news articles (Lee, Pincombe and Welsh 2005), one per line
@@ -24,7 +24,8 @@ Preprocessing, step by step:
 
 References
 ----------
-Ross and Zemel, "Multiple Cause Vector Quantization", NIPS 2002 (seed 004), sec. 5.3.
+D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
+Information Processing Systems 15 (NIPS 2002), 2003, sec. 5.3.
 Lee, Pincombe and Welsh, "An empirical evaluation of models of text document
 similarity", CogSci 2005 (the Lee corpus).
 """
