@@ -6,6 +6,8 @@ refuses the same variant instead of ignoring its offset, and a program whose ene
 not quadratic in its parameters is learned by L-BFGS.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -228,3 +230,24 @@ def test_m_step_choice_and_a_second_call_from_the_kept_structure(planted, learne
     with pytest.raises(ValueError, match="m_step must be"):
         fit_map_em(offset_ising, planted.x, COUPLINGS, rng_key=jax.random.key(0),
                    m_step="newton")
+
+
+@pytest.mark.slow
+def test_a_second_call_reuses_the_kept_structure(monkeypatch):
+    """Same program and shapes: the second call checks the kept structure at its own
+    values instead of working it out again (closed form and L-BFGS alike)."""
+    from inference.association import map_em
+
+    calls = []
+    prepare = map_em._prepare
+    monkeypatch.setattr(map_em, "_prepare", lambda *a, **k: calls.append(1) or prepare(*a, **k))
+    for program, dim in ((scaled_units, 6), (offset_ising, DIM)):
+        extra = (COUPLINGS,) if program is offset_ising else ()
+        for seed in (21, 22):
+            data = gvq.generate_planted(jax.random.key(seed), 40, NUM_UNITS if extra else 3,
+                                        dim, noise_scale=0.1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit_map_em(program, data.x, *extra, rng_key=jax.random.key(seed),
+                           max_iterations=2, m_step_iterations=3)
+    assert len(calls) == 2, calls  # once per program

@@ -222,7 +222,7 @@ def fit_map_em(model: Callable, *args, method: str = "exact", rng_key=None,
             layout=prepared.plan.layout, noise_mode=prepared.plan.solve_mode,
             constraints=prepared.constraints, check_quadratic=prepared.closed_form)
         if attempt or (plan_decisions(checks) == prepared.plan.decisions
-                       and prepared.closed_form == _quadratic(misfits)):
+                       and (not prepared.closed_form or _quadratic(misfits))):
             break
         prepared = None  # the kept structure does not hold at these values: work it out
     plan = prepared.plan
