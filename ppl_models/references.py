@@ -94,6 +94,8 @@ REFERENCES = {ref.key: ref for ref in (
               "Probabilistic principal component analysis",
               "Journal of the Royal Statistical Society, Series B 61(3)", 1999,
               kind="article"),
+    Reference("ppca_em", ("S. Roweis",), "EM algorithms for PCA and SPCA",
+              "Advances in Neural Information Processing Systems 10 (NIPS 1997)", 1998),
 )}
 
 

@@ -7,11 +7,11 @@ from inference.engine.reporting import (
     finding,
     level,
 )
+from ppl_models.references import cite
 
 __all__ = ["EXPERIMENTS"]
 
-CLIPPED = ('D. D. Lee, H. Sompolinsky, "Learning a continuous hidden variable model for '
-    'binary data", NIPS 1998')
+CLIPPED = cite("clipped").rstrip(".")
 
 
 def _clipped_bumps(data):

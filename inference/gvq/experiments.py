@@ -8,11 +8,11 @@ from inference.engine.reporting import (
     finding,
     level,
 )
+from ppl_models.references import cite
 
 __all__ = ["EXPERIMENTS"]
 
-GVQ = ('M. Westerdijk, D. Barber, W. Wiegerinck, "Deterministic generative models for '
-    'fast feature discovery", Data Mining and Knowledge Discovery, 2001')
+GVQ = cite("gvq").rstrip(".")
 
 
 def _gvq_planted(data):

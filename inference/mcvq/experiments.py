@@ -11,13 +11,12 @@ from inference.engine.reporting import (
     near,
     rate,
 )
+from ppl_models.references import cite
 
 __all__ = ["EXPERIMENTS"]
 
-MCVQ = ('D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in '
-        'Neural Information Processing Systems 15 (NIPS 2002), 2003')
-SLIDES = ('D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation '
-          'slides), University of Toronto, 2002')
+MCVQ = cite("mcvq").rstrip(".")
+SLIDES = cite("mcvq_slides").rstrip(".")
 
 
 def _mcvq_shapes(data):

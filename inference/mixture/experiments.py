@@ -7,11 +7,11 @@ from inference.engine.reporting import (
     finding,
     rate,
 )
+from ppl_models.references import cite
 
 __all__ = ["EXPERIMENTS"]
 
-YINGYANG = ('L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and '
-    'new results on vector quantization", ICONIP 1995')
+YINGYANG = cite("yingyang").rstrip(".")
 
 
 def _yingyang(data):

@@ -10,14 +10,13 @@ import numpy as np
 from inference.ppca.baselines import PPCAMCMCResult, PPCASVIResult, fit_ppca_mcmc, fit_ppca_svi
 from inference.ppca.compare import compare_ppca
 from inference.ppca.em import PPCAResult, fit_ppca
+from ppl_models.references import cite
 from ppl_models.registry import BadInput, Family, register_family
 from ppl_models.validation import MissingKeyError
 
 __all__ = ["FAMILY", "PAPER"]
 
-PAPER = ("M. E. Tipping, C. M. Bishop, \"Probabilistic principal component analysis\", "
-         "Journal of the Royal Statistical Society B 61(3), 611-622, 1999; S. Roweis, "
-         "\"EM algorithms for PCA and SPCA\", NIPS 1998")
+PAPER = cite("ppca").rstrip(".") + "; " + cite("ppca_em").rstrip(".")
 
 
 def _bad_inputs():
