@@ -22,7 +22,7 @@ Problems (``--problems``; default both at n <= 8, ``sparse`` above, where a
 dense run costs about 7 more minutes and BR/MF do not reach its target):
 
 * ``dense``: F ~ N(2, 1) with every visible unit connected to all features
-  (the learning set-up of ``ppl-zoo compare gvq-learning``); BR and MF
+  (the learning set-up of ``ppl-zoo compare gvq_learning``); BR and MF
   association are poor on such features (``benchmarks/association.py``);
 * ``sparse``: every visible unit has 2 parents (Fig. 4a's set-up), where BR
   and MF associate exactly.

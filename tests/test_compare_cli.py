@@ -5,8 +5,11 @@ import json
 
 import pytest
 
-from inference.app.cli import main
+from inference.app.cli import build_parser, main
 from inference.app.compare import run_comparison
+from inference.app.families import load_families
+from inference.app.reproduce import select_experiments
+from ppl_models import REGISTRY
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,32 @@ def test_compare_gvq_writes_csv_json_and_png(quick_run, capsys):
 
 def test_list_and_unknown_model(capsys):
     assert main(["list"]) == 0
-    assert "gvq" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["MODEL", "PAPER"] and "GENERIC BASELINES" in lines[0]
+    # Every registered model starts a row of the table, with its family's baselines.
+    families = load_families()
+    starts = [line.split()[0] for line in lines[1:] if line and not line.startswith(" ")]
+    for name, info in REGISTRY.items():
+        assert name in starts, name
+        for baseline in families[info.family].baselines:
+            assert baseline in out, (name, baseline)
+    # The names that compare and reproduce take, spelled one way (with "_").
+    for family in families.values():
+        for name in [*family.comparisons, *(e.name for e in family.experiments)]:
+            assert name in out and "-" not in name, name
     assert main(["compare", "no-such-model", "--no-progress"]) == 2
     with pytest.raises(ValueError, match="model must be one of"):
         run_comparison("no-such-model")
+
+
+def test_every_sub_command_has_a_description_and_names_take_hyphens(capsys):
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    assert set(commands.choices) == {"compare", "list", "reproduce"}
+    for name, sub in commands.choices.items():
+        assert sub.description and len(sub.description) > 40, name
+    # The hyphen spelling of a name is the same name.
+    assert [e.name for e in select_experiments(["gvq-planted"])] == ["gvq_planted"]
+    assert main(["compare", "vb-mixture", "--no-progress"]) == 2
+    assert "without a comparison of its own" in capsys.readouterr().err

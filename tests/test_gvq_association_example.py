@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-import inference.gvq.compare_association  # noqa: F401  (registers "gvq-association")
+import inference.gvq.compare_association  # noqa: F401  (registers "gvq_association")
 from inference.app.compare import run_comparison, save_comparison
 from inference.association import core as association
 
@@ -75,7 +75,7 @@ def test_run_point_marks_refused_method_not_applicable(example):
 @pytest.mark.slow
 def test_compare_gvq_association_quick(tmp_path):
     association.load_methods()
-    result = run_comparison("gvq-association", quick=True, progress_bar=False)
+    result = run_comparison("gvq_association", quick=True, progress_bar=False)
     rows = {row.algorithm: row for row in result.rows}
     ours = [row for row in result.rows if row.implementation == "ours"]
     peers = [row for row in result.rows if row.implementation == "numpyro"]

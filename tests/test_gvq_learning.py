@@ -1,4 +1,4 @@
-"""NUTS on the GVQ features (units enumerated), and ``ppl-zoo compare gvq-learning``."""
+"""NUTS on the GVQ features (units enumerated), and ``ppl-zoo compare gvq_learning``."""
 
 import json
 
@@ -208,7 +208,7 @@ def test_mcmc_bad_data():
 
 @pytest.mark.slow
 def test_compare_gvq_learning_quick_cli(tmp_path, capsys):
-    status = main(["compare", "gvq-learning", "--quick", "--no-progress",
+    status = main(["compare", "gvq_learning", "--quick", "--no-progress",
                    "--output-dir", str(tmp_path)])
     assert status == 0
     out = capsys.readouterr().out
@@ -216,7 +216,7 @@ def test_compare_gvq_learning_quick_cli(tmp_path, capsys):
                 "EM, MF association", "EM, BR+MF association", "SVI TraceEnum_ELBO", "NUTS"]
     for learner in learners:
         assert learner in out
-    report = json.load(open(tmp_path / "gvq-learning_comparison.json"))
+    report = json.load(open(tmp_path / "gvq_learning_comparison.json"))
     assert len(report["rows"]) == len(learners)
     planted = report["rows"][0]
     assert planted["implementation"] == "reference"
@@ -237,4 +237,4 @@ def test_compare_gvq_learning_quick_cli(tmp_path, capsys):
     nuts = next(row for row in report["rows"] if row["algorithm"].startswith("NUTS"))
     assert nuts["iterations"] == 100 and nuts["mcmc_chains"] == 2
     assert nuts["mcmc_gradients"] >= 2 * 100
-    assert (tmp_path / "gvq-learning_comparison.png").stat().st_size > 1000
+    assert (tmp_path / "gvq_learning_comparison.png").stat().st_size > 1000

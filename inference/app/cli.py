@@ -10,13 +10,38 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 import jax
 
 from inference.app.families import load_families
 from ppl_models import __version__
+from ppl_models.registry import REGISTRY
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "model_table"]
+
+
+_EPILOG_COMPARE = """\
+examples:
+  ppl-zoo compare gvq --quick            exact search and EM beside NumPyro's enumeration and SVI
+  ppl-zoo compare mixture --seed 3       EM / hard-cut EM / k-means beside NumPyro's SVI and NUTS
+  ppl-zoo list                           every model, its paper and its comparisons"""
+
+_EPILOG_REPRODUCE = """\
+examples:
+  ppl-zoo reproduce                      every experiment at quick sizes (a few minutes)
+  ppl-zoo reproduce --full --html        the papers' sizes (about an hour), with report.html
+  ppl-zoo reproduce --only gvq_planted mcvq_shapes
+  ppl-zoo reproduce --list               the experiments and the claims they test"""
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, 79)
+
+
+def _normalise(name: str) -> str:
+    """Names are spelled with underscores; the hyphen spelling is accepted too."""
+    return name.replace("-", "_")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,19 +51,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="Classic latent-variable models as NumPyro programs: the papers' inference "
                     "side by side with NumPyro's generic inference.")
     parser.add_argument("--version", action="version", version=f"ppl-zoo {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    formatter = argparse.RawDescriptionHelpFormatter
     compare = commands.add_parser(
-        "compare", help="run custom and generic inference on one model's program and data")
-    compare.add_argument("model", help="model name (see `ppl-zoo list`)")
+        "compare", help="run custom and generic inference on one model's program and data",
+        formatter_class=formatter, epilog=_EPILOG_COMPARE,
+        description=_wrap("Draw data from a model's generator, run the papers' algorithms and "
+                    "NumPyro's generic inference (SVI, MCMC, enumeration) on the same "
+                    "program and data, print one table row per algorithm (error, time, "
+                    "convergence, agreement) and write it as CSV and JSON with a figure."))
+    compare.add_argument("model", help="a comparison's name: a model's name, or one of the "
+                                       "extra comparisons that `ppl-zoo list` shows")
     compare.add_argument("--output-dir", default="zoo-results",
                          help="folder for the CSV, JSON and PNG (default: ./zoo-results)")
     compare.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     compare.add_argument("--quick", action="store_true",
                          help="smaller problem and fewer steps, for a smoke test")
     compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    commands.add_parser("list", help="list the models that have a comparison")
+    commands.add_parser(
+        "list", help="list the models, their papers, algorithms and generic baselines",
+        description="List every registered model: its paper, the custom algorithms that fit "
+                    "it, NumPyro's generic baselines for it, and the names that `ppl-zoo "
+                    "compare` and `ppl-zoo reproduce --only` take.")
     reproduce = commands.add_parser(
-        "reproduce", help="run the papers' experiments (examples/) and report paper vs ours")
+        "reproduce", help="run the papers' experiments (examples/) and report paper vs ours",
+        formatter_class=formatter, epilog=_EPILOG_REPRODUCE,
+        description=_wrap("Run the examples that reproduce the papers' experiments, read each "
+                    "one's findings (claim, the paper's value, ours, verdict within a stated "
+                    "tolerance) and write report.md, findings.json, the figures and logs."))
     reproduce.add_argument("--output-dir", default="zoo-reproduce",
                            help="folder for report.md, findings.json, figures and logs "
                                 "(default: ./zoo-reproduce)")
@@ -57,6 +97,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cell_lines(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def model_table() -> list[str]:
+    """The lines of ``ppl-zoo list``: one block of rows per registered model."""
+    families = load_families()
+    header = ("MODEL", "PAPER", "CUSTOM ALGORITHMS", "GENERIC BASELINES (NUMPYRO)")
+    widths = (12, 30, 34, 34)
+    rows = []
+    for name, info in REGISTRY.items():
+        family = families.get(info.family)
+        baselines = ", ".join(family.baselines) if family is not None else ""
+        rows.append((name, info.reference, ", ".join(info.algorithms), baselines))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for row in rows:
+        cells = [_cell_lines(text, width) for text, width in zip(row, widths, strict=True)]
+        for i in range(max(len(c) for c in cells)):
+            lines.append("  ".join((c[i] if i < len(c) else "").ljust(w)
+                                   for c, w in zip(cells, widths, strict=True)).rstrip())
+    compare_names = sorted(name for family in families.values() for name in family.comparisons)
+    experiment_names = [e.name for family in families.values() for e in family.experiments]
+    lines.append("")
+    for label, names in (("ppl-zoo compare NAME", compare_names),
+                         ("ppl-zoo reproduce --only NAME", experiment_names)):
+        lines += textwrap.wrap(", ".join(names), 100, initial_indent=f"{label:31s}",
+                               subsequent_indent=" " * 31, break_on_hyphens=False)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ppl-zoo`` script; returns the exit status."""
     from inference.app.compare import comparisons, run_comparison, save_comparison
@@ -70,19 +140,23 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as error:
             print(f"ppl-zoo reproduce: {error}", file=sys.stderr)
             return 2
-    available = comparisons()
     if args.command == "list":
-        for name in sorted(available):
-            family = next(f for f in load_families().values() if name in f.comparisons)
-            print(f"{name:16s} {family.paper}")
+        print("\n".join(model_table()))
         return 0
-    if args.model not in available:
-        print(f"ppl-zoo: unknown model {args.model!r}; choose from {sorted(available)}",
-              file=sys.stderr)
+    available = comparisons()
+    name = _normalise(args.model)
+    if name not in available:
+        hint = ""
+        if name in REGISTRY:
+            family = REGISTRY[name].family
+            hint = (f" ({name!r} is a model of the family {family!r} without a comparison of "
+                    f"its own; its family's: {sorted(load_families()[family].comparisons)})")
+        print(f"ppl-zoo compare: unknown model {args.model!r}{hint}; choose from "
+              f"{sorted(available)}", file=sys.stderr)
         return 2
-    result = run_comparison(args.model, rng_key=jax.random.key(args.seed), quick=args.quick,
+    result = run_comparison(name, rng_key=jax.random.key(args.seed), quick=args.quick,
                             progress_bar=not args.no_progress)
-    print(f"# {args.model}: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
+    print(f"# {name}: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
     print(result.table())
     paths = save_comparison(result, args.output_dir)
     for kind, path in paths.items():

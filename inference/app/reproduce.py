@@ -81,6 +81,7 @@ def select_experiments(only=None) -> list[Experiment]:
     """The experiments named in ``only`` (all of them when empty), in registry order."""
     if not only:
         return list(EXPERIMENTS.values())
+    only = [name.replace("-", "_") for name in only]  # the names are spelled with "_"
     unknown = [name for name in only if name not in EXPERIMENTS]
     if unknown:
         raise ValueError(f"--only: unknown experiment(s) {unknown}; choose from "

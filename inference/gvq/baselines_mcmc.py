@@ -241,7 +241,7 @@ def fit_gvq_mcmc(
     Notes
     -----
     From random initial features many chains settle in poor optima (as EM's
-    restarts do; ``ppl-zoo compare gvq-learning`` shows how many). Such a
+    restarts do; ``ppl-zoo compare gvq_learning`` shows how many). Such a
     chain was seen to spread its features by several units (against about
     0.04 in the planted optimum), and its trajectories run to the tree-depth
     cap at almost every iteration, so it costs up to 2^max_tree_depth - 1

@@ -1,4 +1,4 @@
-"""``ppl-zoo compare gvq-association``: every association method against NumPyro's.
+"""``ppl-zoo compare gvq_association``: every association method against NumPyro's.
 
 Sec. 4.3 of M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative
 models for fast feature discovery", Data Mining and Knowledge Discovery 5(4), 2001,
@@ -114,7 +114,7 @@ def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool 
                     gibbs_sweeps=gibbs_sweeps, methods=methods)
     energy_name = "mean ||x - sF||^2"
     rows, arrays = [], {}
-    steps = tqdm(total=len(problems) * (len(methods) + 4), desc="compare gvq-association",
+    steps = tqdm(total=len(problems) * (len(methods) + 4), desc="compare gvq_association",
                  disable=not progress_bar, leave=False)
     for index, (name, n, d, k, mean) in enumerate(problems):
         key_data, key_run = jax.random.split(jax.random.fold_in(rng_key, index))
@@ -180,7 +180,7 @@ def compare_gvq_association(rng_key, *, quick: bool = False, progress_bar: bool 
                 _gap_columns(peer.energy, exact_energy, None, num_examples), notes))
             steps.update()
     steps.close()
-    return ComparisonResult("gvq-association", rows, settings, arrays, plot_gvq_association)
+    return ComparisonResult("gvq_association", rows, settings, arrays, plot_gvq_association)
 
 
 def plot_gvq_association(result: ComparisonResult, path) -> None:

@@ -1,4 +1,4 @@
-"""``ppl-zoo compare gvq-learning``: learning GVQ features, EM against NumPyro's SVI and MCMC.
+"""``ppl-zoo compare gvq_learning``: learning GVQ features, EM against NumPyro's SVI and MCMC.
 
 M. Westerdijk, D. Barber and W. Wiegerinck, "Deterministic generative models for fast
 feature discovery", Data Mining and Knowledge Discovery 5(4), 2001, learn the features
@@ -138,7 +138,7 @@ def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = T
     starts = jax.vmap(lambda k: initial_features(k, x, num_features))(
         jax.random.split(jax.random.fold_in(key_fit, 1), max(num_restarts, mcmc_chains)))
     arrays = {"planted": np.asarray(planted)}
-    steps = tqdm(total=len(EM_METHODS) + 3, desc="compare gvq-learning",
+    steps = tqdm(total=len(EM_METHODS) + 3, desc="compare gvq_learning",
                  disable=not progress_bar, leave=False)
 
     steps.set_postfix_str("planted features")
@@ -186,7 +186,7 @@ def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = T
         mcmc_gradients=mcmc.num_gradients))
     steps.update()
     steps.close()
-    return ComparisonResult("gvq-learning", rows, settings, arrays, plot_gvq_learning)
+    return ComparisonResult("gvq_learning", rows, settings, arrays, plot_gvq_learning)
 
 
 def plot_gvq_learning(result: ComparisonResult, path) -> None:

@@ -35,7 +35,7 @@ FAMILY = register_family(Family(
     results=(AssociationResult, GVQResult, GVQMCMCResult, DescriptionLength),
     baselines={"fit_gvq_svi": fit_gvq_svi, "fit_gvq_mcmc": fit_gvq_mcmc,
                "map_associate": map_associate, "gibbs_associate": gibbs_associate},
-    comparisons={"gvq": compare_gvq, "gvq-association": compare_gvq_association,
-                 "gvq-learning": compare_gvq_learning},
+    comparisons={"gvq": compare_gvq, "gvq_association": compare_gvq_association,
+                 "gvq_learning": compare_gvq_learning},
     experiments=experiments.EXPERIMENTS,
 ))
