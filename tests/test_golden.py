@@ -141,6 +141,22 @@ KEPT_CASES: set = set()
 #: and ``converged``.
 ADDED: dict[str, tuple[str, ...]] = {
     "fit_online_": ("num_iterations", "converged"),
+    # A PSIS-LOO selection keeps arviz.compare's table of its candidates.
+    "select_num_components_loo": tuple(f"arviz_compare.{name}" for name in (
+        "rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")),
+    # The MCMC baselines keep what arviz.from_numpyro reads (``mcmc``, a NUTSDraws: the
+    # draws, NumPyro's extra fields, the data and the program's arguments).
+    **{case: tuple(f"mcmc.{name}" for name in (
+        "model_args.0", *(f"sample_stats.{stat}" for stat in (
+            "accept_prob", "adapt_state.step_size", "diverging", "energy", "num_steps",
+            "potential_energy")), *extra))
+       for case, extra in (
+           ("fit_gvq_mcmc", ("model_kwargs.num_features", "model_kwargs.sigma",
+                             "model_kwargs.split_states", "samples.F")),
+           ("fit_mixture_mcmc", ("model_kwargs.num_components", "model_kwargs.prior_scale",
+                                 "samples.alpha", "samples.corr", "samples.m", "samples.sd")),
+           ("fit_clipped_mcmc", ("model_kwargs.noise", "model_kwargs.num_hidden", "samples.W",
+                                 "samples.xi", "samples.y")))},
 }
 #: Fields that a recording held padded past convergence and the refactored fit cuts at
 #: ``num_iterations``: compared over the returned (shorter) length.

@@ -12,6 +12,7 @@ from numpyro.infer.util import log_density
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture
 
+import inference
 from inference.mixture import features as mixture_features
 from inference.mixture.em import component_log_joint, criteria, fit_mixture
 from inference.mixture.selection import compare_criteria, num_parameters, select_num_components
@@ -293,7 +294,7 @@ def test_selection_bad_input(kwargs, error, match):
 
 @pytest.mark.filterwarnings("ignore::ppl_models.diagnostics.NumericalWarning")  # Pareto k
 @pytest.mark.slow
-def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k():
+def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k(tmp_path):
     d = mx.generate(jax.random.key(2), 120, 2, 2, separation=8.0)
     result = select_num_components(d.x, (1, 2), criterion="loo", rng_key=jax.random.key(3),
                                    loo_options={"num_warmup": 200, "num_samples": 200})
@@ -304,6 +305,18 @@ def test_loo_criterion_runs_nuts_on_the_program_and_prefers_the_planted_k():
     # standard error (a conservative stand-in for the paired difference's; measured: 45.6
     # against 2 x 11.6).
     assert elpd_2 - elpd_1 > 2 * max(se_1, se_2)
+    # The table is arviz.compare's: k = 2 ranked first, its elpd the criterion's, and
+    # the saved result gives the same table back.
+    table = result.compare_table()
+    assert list(table.index) == ["k=2", "k=1"] and list(table["rank"]) == [0, 1]
+    assert table.loc["k=2", "elpd_loo"] == pytest.approx(elpd_2)
+    assert table.loc["k=1", "elpd_diff"] == pytest.approx(elpd_2 - elpd_1)
+    assert abs(table["weight"].sum() - 1) < 1e-6
+    path = result.save(tmp_path / "loo.npz")
+    assert inference.load(path).compare_table().equals(table)
+    with pytest.raises(ValueError, match="only 'loo'"):
+        select_num_components(d.x, (1, 2), criterion="bic", rng_key=jax.random.key(3)
+                              ).compare_table()
 
 
 @pytest.mark.slow

@@ -35,8 +35,11 @@ under these criteria (every value is *per example, in nats, higher is better*):
   (``inference.mcvq.selection.loo_inference_data``). Run only where the
   model is small enough (``loo_max_size`` on N D J^K for MCVQ, N k d for the
   mixture, plus the hard limits of the enumeration and of ``fit_mixture_mcmc``);
-  otherwise skipped with the reason in ``skipped``. ``arviz.compare`` over the
-  candidates where it ran is returned.
+  otherwise skipped with the reason in ``skipped``. The comparison table of the
+  candidates where it ran is arviz's own: ``result.arviz_compare`` is
+  ``arviz.compare`` over their PSIS-LOO ``ELPDData`` (rank, elpd_loo, p_loo, elpd_diff,
+  weight, se, dse, warning, scale; every candidate's ``InferenceData`` comes from
+  ``arviz.from_numpyro``, :mod:`inference.engine.inference_data`).
 
 Choices. ``"train"`` and ``"bic"`` take the largest value, ``"cv"`` and ``"loo"``
 the smallest candidate within one standard error of the best (the SE of the
@@ -134,7 +137,11 @@ class ModelSelectionResult(NamedTuple):
         k; None without ``"vb"``).
     over_complete : PrunedModel or None
     arviz_compare : pandas.DataFrame or None
-        ``arviz.compare`` over the candidates where ``"loo"`` ran (two or more).
+        The PSIS-LOO comparison table: ``arviz.compare`` over the ``arviz.loo``
+        ``ELPDData`` of the candidates where ``"loo"`` ran (two or more), indexed by
+        candidate name (``"3"``, ``"(2, 2)"``), best first; columns rank, elpd_loo,
+        p_loo, elpd_diff, weight, se, dse, warning, scale (totals over the examples,
+        where ``values["loo"]`` is per example). Also :attr:`compare_table`.
     skipped : dict
         criterion -> why it was not computed (for all or some candidates).
     notes : tuple of str
@@ -152,6 +159,12 @@ class ModelSelectionResult(NamedTuple):
     arviz_compare: object
     skipped: dict
     notes: tuple
+
+    @property
+    def compare_table(self):
+        """``arviz.compare``'s table of the candidates' PSIS-LOO (``arviz_compare``), or
+        None when fewer than two candidates ran ``"loo"``."""
+        return self.arviz_compare
 
     def table(self) -> str:
         """Candidates as rows, criteria as columns (nats per example, higher is better);
@@ -426,7 +439,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
             pointwise_loo[i] = np.asarray(loo.loo_i)
             elpd.append(float(loo.elpd_loo) / num)
             se.append(float(loo.se) / num)
-            data[_name(c)] = idata
+            data[_name(c)] = loo
             pareto = float(np.max(np.asarray(loo.pareto_k)))
             notes.append(f"loo {_name(c)}: largest Pareto k {pareto:.2f}{extra}")
         values["loo"], errors["loo"] = tuple(elpd), tuple(se)
@@ -438,7 +451,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
 
             with warnings.catch_warnings():  # arviz's Pareto-k and pandas deprecation notes
                 warnings.simplefilter("ignore")
-                arviz_compare = az.compare(data, ic="loo")
+                arviz_compare = az.compare(data, ic="loo")  # over the ELPDData above
     oc = None
     if over_complete is not None:
         bound, size, fit = scorer.vb(over_complete, keys["over"])

@@ -24,6 +24,7 @@ from numpyro.diagnostics import split_gelman_rubin
 
 from inference.clipped.baselines_common import check_arguments, initial_weights, program_kwargs
 from inference.clipped.fit import model_moments
+from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
@@ -69,6 +70,10 @@ class ClippedMCMCResult(NamedTuple):
     num_predictive_draws : int
         Draws averaged into ``means`` and ``second_moments``.
     noise : float
+    mcmc : NUTSDraws or None
+        The draws of W, xi and y, NumPyro's extra fields per draw, the patterns and the
+        program's arguments: what :meth:`to_inference_data` converts (None in results
+        saved before it was kept).
     """
 
     means: jax.Array
@@ -84,6 +89,23 @@ class ClippedMCMCResult(NamedTuple):
     converged: bool
     num_predictive_draws: int
     noise: float
+    mcmc: NUTSDraws | None = None
+
+    def to_inference_data(self):
+        """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``
+        (:func:`inference.engine.inference_data.to_inference_data`).
+
+        Groups: ``posterior`` ("W" over "unit" and "hidden", "xi" over "unit" unless
+        ``bias=False``, "y" over "example" and "hidden"; W and y each in their own
+        rotation), ``sample_stats`` (``diverging``, ``energy``, ``lp``, ...),
+        ``log_likelihood`` ("s": log p(s_mu | W, xi, y_mu) per "example") and
+        ``observed_data`` ("s").
+
+        Returns
+        -------
+        arviz.InferenceData
+        """
+        return to_inference_data(self.mcmc, result=self)
 
 
 def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE,
@@ -133,11 +155,34 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
     Returns
     -------
     ClippedMCMCResult
+        ``to_inference_data()`` converts it for arviz.
 
     Warns
     -----
     ConvergenceWarning
         Split R-hat above ``R_HAT_THRESHOLD`` or divergent transitions.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import arviz as az
+    >>> import jax
+    >>> from ppl_models.clipped_gaussian import generate
+    >>> from ppl_models.diagnostics import ConvergenceWarning
+    >>> data = generate(jax.random.key(0), num_examples=20, num_visible=4, num_hidden=1)
+    >>> with warnings.catch_warnings():  # so short a run may end with R-hat above 1.1
+    ...     warnings.simplefilter("ignore", ConvergenceWarning)
+    ...     result = fit_clipped_mcmc(data.s, 1, rng_key=jax.random.key(1), num_warmup=20,
+    ...                               num_samples=20, num_chains=2)
+    >>> result.weight_samples.shape
+    (2, 20, 4, 1)
+    >>> idata = result.to_inference_data()
+    >>> sorted(idata.groups())
+    ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
+    >>> idata.posterior["y"].dims, idata.log_likelihood["s"].shape
+    (('chain', 'draw', 'example', 'hidden'), (2, 20, 20))
+    >>> az.summary(idata, var_names=["xi"]).shape  # 4 entries of xi, 9 statistics
+    (4, 9)
     """
     spins, num_hidden, noise, bias = check_arguments(s, num_hidden, rng_key, noise, bias,
                                                    "fit_clipped_mcmc")
@@ -167,7 +212,8 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
         zero_sites=(("xi", (num_units,), dtype), ("y", (num_examples, num_hidden), dtype)),
         num_warmup=num_warmup, num_samples=num_samples, target_accept_prob=target_accept_prob,
         max_tree_depth=max_tree_depth, constrained=False,
-        sites=("W", "xi") if bias else ("W",), progress_bar=progress_bar, desc="clipped NUTS")
+        sites=("W", "xi", "y") if bias else ("W", "y"), progress_bar=progress_bar,
+        desc="clipped NUTS")
     potential, diverging, steps = chains.potential_energy, chains.diverging, chains.num_steps
     weights = chains.z["W"]
     xi = chains.z["xi"] if bias else jnp.zeros((*weights.shape[:2], num_units), dtype)
@@ -193,6 +239,11 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
     picks = np.unique(np.linspace(0, len(flat_w) - 1, min(num_predictive_draws, len(flat_w)))
                       .round().astype(int))
     moments = [model_moments(flat_w[i], flat_xi[i], noise) for i in picks]
+    record = nuts_draws(
+        chains, num_warmup, clipped_gaussian.model, (spins,),
+        {"noise": jnp.asarray(noise, dtype), "num_hidden": num_hidden, **program_kwargs(bias)},
+        dims={"W": ["unit", "hidden"], "xi": ["unit"], "y": ["example", "hidden"],
+              "s": ["example", "unit"]})
     return ClippedMCMCResult(
         means=jnp.asarray(np.mean([m[0] for m in moments], axis=0), dtype),
         second_moments=jnp.asarray(np.mean([m[1] for m in moments], axis=0), dtype),
@@ -201,4 +252,4 @@ def fit_clipped_mcmc(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOIS
         potential_energy=jnp.asarray(potential), r_hat=r_hat, num_divergent=num_divergent,
         mean_num_steps=float(np.mean(np.asarray(steps[:, num_warmup:]))),
         num_gradients=int(np.sum(np.asarray(steps, np.int64))), converged=converged,
-        num_predictive_draws=int(len(picks)), noise=noise)
+        num_predictive_draws=int(len(picks)), noise=noise, mcmc=record)

@@ -5,9 +5,11 @@ samples its NumPyro program by NUTS (Hoffman & Gelman 2014; step size and mass
 matrix adapted during warm-up) for a fixed number of warm-up and sampling
 iterations. They all run through the one compiled chain of this module: a
 ``lax.scan`` of ``kernel.sample`` over ``num_warmup + num_samples`` iterations,
-whose per-iteration arrays (the sites, the potential energy, the divergences and
-the leapfrog steps) are returned, warm-up included. A progress bar
-(:mod:`inference.engine.progress`) is advanced from inside the scan.
+whose per-iteration arrays (the sites, the potential energy, the divergences, the
+leapfrog steps, the Hamiltonian, the acceptance probability and the step size: NumPyro's
+extra fields) are returned, warm-up included. A progress bar
+(:mod:`inference.engine.progress`) is advanced from inside the scan. The kept draws
+become ``arviz.InferenceData`` through :mod:`inference.engine.inference_data`.
 
 The chain is one module-level ``jax.jit`` whose *static* arguments are the
 program (a top-level function, a ``functools.partial`` of one, or any other
@@ -50,12 +52,21 @@ class Chains(NamedTuple):
     diverging : bool array (num_chains, num_warmup + num_samples)
     num_steps : int array (num_chains, num_warmup + num_samples)
         Leapfrog steps (gradient evaluations) of every iteration.
+    energy : array (num_chains, num_warmup + num_samples)
+        The Hamiltonian (potential plus kinetic energy) of every iteration.
+    accept_prob : array (num_chains, num_warmup + num_samples)
+        Mean acceptance probability of the trajectory.
+    step_size : array (num_chains, num_warmup + num_samples)
+        The (adapted) leapfrog step size.
     """
 
     z: dict
     potential_energy: jax.Array
     diverging: jax.Array
     num_steps: jax.Array
+    energy: jax.Array | None = None
+    accept_prob: jax.Array | None = None
+    step_size: jax.Array | None = None
 
 
 def _chain_impl(rng_key, model_args, model_kwargs, init_values, *, model, static_kwargs,
@@ -82,7 +93,8 @@ def _chain_impl(rng_key, model_args, model_kwargs, init_values, *, model, static
         z = constrain(state.z) if constrained else state.z
         if sites is not None:
             z = {name: z[name] for name in sites}
-        return state, (z, state.potential_energy, state.diverging, state.num_steps)
+        return state, (z, state.potential_energy, state.diverging, state.num_steps,
+                       state.energy, state.accept_prob, state.adapt_state.step_size)
 
     _, out = jax.lax.scan(body, state, jnp.arange(num_warmup + num_samples))
     return out

@@ -343,8 +343,12 @@ def _decode(node, archive, path, where: str):
         fields = _pairs(node["fields"], path, where)
         saved = [name for name, _ in fields]
         renamed = RENAMED_FIELDS.get(cls.__qualname__)
-        if saved != list(cls._fields) and renamed and set(saved) - set(cls._fields):
-            values = {renamed.get(name, name): _decode(child, archive, path, f"{where}.{name}")
+        added = set(cls._fields) - set(saved)  # fields new since the file, with defaults
+        if saved != list(cls._fields) and (renamed and set(saved) - set(cls._fields) or (
+                added and added <= set(getattr(cls, "_field_defaults", {}))
+                and set(saved) <= set(cls._fields))):
+            values = {(renamed or {}).get(name, name): _decode(child, archive, path,
+                                                               f"{where}.{name}")
                       for name, child in fields}
             convert = CONVERTERS.get(cls.__qualname__)
             values = convert(values) if convert is not None else values

@@ -18,6 +18,7 @@ import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from inference.association.core import associate
+from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields
 from inference.gvq.algorithm import restart_features
@@ -92,6 +93,10 @@ class GVQMCMCResult(NamedTuple):
         iteration; 2^max_tree_depth - 1 means every trajectory hit the cap.
     num_gradients : int
         Leapfrog steps of all iterations of all chains, warm-up included: the cost.
+    mcmc : NUTSDraws or None
+        The relabelled samples, NumPyro's extra fields per draw, the data and the
+        program's arguments: what :meth:`to_inference_data` converts (None in results
+        saved before it was kept).
     """
 
     features: jax.Array
@@ -109,6 +114,29 @@ class GVQMCMCResult(NamedTuple):
     num_relabelled: int
     mean_num_steps: float
     num_gradients: int
+    mcmc: NUTSDraws | None = None
+
+    def to_inference_data(self, model=None):
+        """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``
+        (:func:`inference.engine.inference_data.to_inference_data`).
+
+        Groups: ``posterior`` ("F", the relabelled samples, dimensions "feature" and
+        "dim"), ``sample_stats`` (``diverging``, ``energy``, ``lp``, ...),
+        ``log_likelihood`` ("x": log p(x_mu | F) per "example", the units summed out)
+        and ``observed_data`` ("x").
+
+        Parameters
+        ----------
+        model : callable, optional
+            The program, needed only when it was not one of ``inference`` or
+            ``ppl_models`` (a ``model=`` passed to :func:`fit_gvq_mcmc` that has no
+            importable name).
+
+        Returns
+        -------
+        arviz.InferenceData
+        """
+        return to_inference_data(self.mcmc, model, result=self)
 
 
 def relabel_samples(samples, pivot):
@@ -237,6 +265,7 @@ def fit_gvq_mcmc(
     Returns
     -------
     GVQMCMCResult
+        ``to_inference_data()`` converts it for arviz.
 
     Notes
     -----
@@ -255,6 +284,25 @@ def fit_gvq_mcmc(
     Hoffman, Gelman, "The No-U-Turn Sampler", JMLR 15 (2014).
     Marin, Mengersen, Robert, "Bayesian modelling and inference on mixtures of
     distributions", Handbook of Statistics 25 (2005), sec. 4.1.
+
+    Examples
+    --------
+    >>> import arviz as az
+    >>> import jax
+    >>> from ppl_models import gvq
+    >>> data = gvq.generate_planted(jax.random.key(0), 16, 2, 4, noise_scale=0.3)
+    >>> result = fit_gvq_mcmc(data.x, 2, rng_key=jax.random.key(1), noise=0.3,
+    ...                       init_features=data.features, num_warmup=50, num_samples=50,
+    ...                       num_chains=2)
+    >>> result.samples.shape, bool(result.converged)
+    ((2, 50, 2, 4), True)
+    >>> idata = result.to_inference_data()
+    >>> sorted(idata.groups())
+    ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
+    >>> idata.posterior["F"].dims
+    ('chain', 'draw', 'feature', 'dim')
+    >>> az.summary(idata, var_names=["F"]).shape  # 2 x 4 entries of F, 9 statistics
+    (8, 9)
     """
     if rng_key is None:
         raise MissingKeyError("fit_gvq_mcmc needs an explicit rng_key (e.g. jax.random.key(0))")
@@ -323,6 +371,11 @@ def fit_gvq_mcmc(
         features = pivot
     features = jnp.asarray(features, x.dtype)
     result = associate(features, x, model=model, model_kwargs=model_kwargs, check=False)
+    program_kwargs = {**dynamic, "sigma": jnp.asarray(noise, x.dtype), **dict(static),
+                      "split_states": True, "num_features": int(starts.shape[1])}
+    record = nuts_draws(chains, num_warmup, model, (x,), program_kwargs,
+                        samples={"F": samples}, dims={"F": ["feature", "dim"],
+                                                      "x": ["example", "dim"]})
     return GVQMCMCResult(
         features=features, states=result.states, error=jnp.mean(result.energy),
         trace=GVQTrace(jnp.asarray(potential) / x.shape[0]), num_iterations=jnp.asarray(total),
@@ -331,7 +384,7 @@ def fit_gvq_mcmc(
         r_hat=np.asarray(r_hat), ess=np.asarray(ess), num_divergent=num_divergent,
         num_relabelled=num_relabelled,
         mean_num_steps=float(np.mean(np.asarray(num_steps[:, num_warmup:]))),
-        num_gradients=int(np.sum(np.asarray(num_steps, np.int64))),
+        num_gradients=int(np.sum(np.asarray(num_steps, np.int64))), mcmc=record,
     )
 
 

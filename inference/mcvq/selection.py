@@ -48,6 +48,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.contrib.funsor import config_enumerate
 
+from inference.engine.inference_data import nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.mcvq import core, scoring
 from inference.mcvq.em import fit_mcvq
@@ -184,9 +185,12 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     Returns
     -------
     (arviz.InferenceData, number of divergent transitions)
+        Built by ``arviz.from_numpyro``
+        (:func:`inference.engine.inference_data.to_inference_data`): ``posterior``
+        ("mu", "tau" over "dim", "vq", "state"), ``sample_stats`` (``diverging``,
+        ``energy``, ...), ``log_likelihood`` ("x" per "example") and ``observed_data``
+        ("x" and the plugged-in "r", over "example" and "dim").
     """
-    import arviz as az
-
     dim, num_vqs, num_states = fit.mu.shape
     num = x.shape[0]
     x = jnp.asarray(x, fit.mu.dtype)
@@ -199,15 +203,16 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     chains = run_nuts(_LOO_MODEL, rng_key[None], (x, mask, r, pi, prior), None,
                       jax.tree.map(lambda v: v[None], start), num_warmup=num_warmup,
                       num_samples=num_samples, progress_bar=progress_bar, desc="MCVQ NUTS")
-    draws = {name: v[0, num_warmup:] for name, v in chains.z.items()}
+    record = nuts_draws(chains, num_warmup, _LOO_MODEL, (x, mask, r, pi, prior), dims={
+        "mu": ["dim", "vq", "state"], "tau": ["dim", "vq", "state"], "x": ["example", "dim"],
+        "r": ["example", "dim"]})
+    draws = {name: v[0] for name, v in record.samples.items()}
     divergent = int(np.sum(np.asarray(chains.diverging[0, num_warmup:])))
     a = jax.nn.one_hot(r_dims, num_vqs, dtype=fit.mu.dtype)
     terms = num_states ** num_vqs * num_vqs
     batch = max(1, min(num, (1 << 22) // max(dim * terms, 1)))
     pointwise = _pointwise(x, mask, draws["mu"], jax.lax.rsqrt(draws["tau"]), a, pi, batch)
-    idata = az.from_dict(posterior={name: np.asarray(v)[None] for name, v in draws.items()},
-                         log_likelihood={"x": np.asarray(pointwise)[None]},
-                         dims={"x": ["example"]})
+    idata = to_inference_data(record, _LOO_MODEL, log_likelihood={"x": np.asarray(pointwise)[None]})
     return idata, divergent
 
 

@@ -14,10 +14,13 @@ correlations ``"corr"`` ~ LKJ(2).
   parameters, by Adam;
 * :func:`fit_mixture_mcmc`: NUTS on alpha, m, sd, corr with y summed out (NumPyro
   enumerates it through funsor at every gradient), small data only; its draws
-  become an ``arviz.InferenceData`` whose ``log_likelihood`` group holds
-  log p(x_i | theta) per example and draw (:meth:`MixtureMCMCResult.to_inference_data`);
+  become an ``arviz.InferenceData`` (``arviz.from_numpyro``: posterior, sample_stats,
+  observed_data) whose ``log_likelihood`` group holds log p(x_i | theta) per example
+  and draw (:meth:`MixtureMCMCResult.to_inference_data`);
 * :func:`mixture_loo`: PSIS-LOO (``arviz.loo``) of the program with k components,
-  for choosing k by the expected log predictive density.
+  for choosing k by the expected log predictive density; it returns arviz's
+  ``ELPDData`` (``arviz.compare`` ranks a dict of them). :class:`MixtureLOO`, the
+  3-tuple it returned before, remains for results saved then.
 
 Every learner is scored alike (``inference.mixture.compare``): the mean
 log-likelihood (1/N) sum_i log p(x_i | theta) = -L_stocha (eq. 14-16) of

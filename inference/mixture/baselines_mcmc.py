@@ -14,6 +14,7 @@ from numpyro import handlers
 from numpyro.contrib.funsor import enum
 from numpyro.diagnostics import split_gelman_rubin
 
+from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.mixture.baselines_common import (
     DRAW_BATCH,
@@ -113,6 +114,10 @@ class MixtureMCMCResult(NamedTuple):
         ``r_hat <= R_HAT_THRESHOLD`` and no divergent transition.
     num_components : int
     covariance : str
+    mcmc : NUTSDraws or None
+        The aligned draws, NumPyro's extra fields per draw, the data and the program's
+        arguments: what :meth:`to_inference_data` converts (None in results saved
+        before it was kept).
     """
 
     weights: jax.Array
@@ -131,17 +136,52 @@ class MixtureMCMCResult(NamedTuple):
     converged: bool
     num_components: int
     covariance: str
+    mcmc: NUTSDraws | None = None
 
     def to_inference_data(self, x=None):
-        """An ``arviz.InferenceData``: posterior (aligned draws), log_likelihood ("x"),
-        and observed_data when ``x`` is given; ``arviz.loo`` and ``arviz.waic`` run on it."""
-        import arviz as az
+        """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``; ``arviz.loo``,
+        ``arviz.waic``, ``arviz.summary`` and ``arviz.plot_trace`` run on it.
 
-        observed = None if x is None else {"x": np.asarray(x)}
-        return az.from_dict(
-            posterior={name: np.asarray(v) for name, v in self.samples.items()},
-            log_likelihood={"x": np.asarray(self.pointwise_log_likelihood)},
-            observed_data=observed, dims={"x": ["example"]})
+        Groups: ``posterior`` (the aligned draws of alpha, m, sd and corr),
+        ``sample_stats`` (``diverging``, ``energy``, ``lp``, ...), ``log_likelihood``
+        ("x": ``pointwise_log_likelihood``, y summed out), ``observed_data`` ("x"), with
+        the dimensions "component", "dim", "dim_col" and "example"
+        (:func:`inference.engine.mcmc.to_inference_data`).
+
+        Parameters
+        ----------
+        x : array (num_examples, d), optional
+            The data the result was fitted to (it is kept; a different ``x`` is refused).
+            A result saved before the chains were kept (``mcmc`` None) converts by
+            ``arviz.from_dict`` instead: posterior, log_likelihood and, given ``x``,
+            observed_data, without sample_stats.
+
+        Returns
+        -------
+        arviz.InferenceData
+        """
+        if self.mcmc is None:
+            import arviz as az
+
+            observed = None if x is None else {"x": np.asarray(x)}
+            return az.from_dict(
+                posterior={name: np.asarray(v) for name, v in self.samples.items()},
+                log_likelihood={"x": np.asarray(self.pointwise_log_likelihood)},
+                observed_data=observed, dims={"x": ["example"]})
+        if x is not None:
+            kept = np.asarray(self.mcmc.model_args[0])
+            if np.shape(x) != kept.shape or not np.allclose(np.asarray(x, kept.dtype), kept):
+                raise ValueError(f"x is not the data this result was fitted to (shape "
+                                 f"{np.shape(x)}, fitted to {kept.shape})")
+        return to_inference_data(self.mcmc, log_likelihood={
+            "x": np.asarray(self.pointwise_log_likelihood)})
+
+
+def _dims(covariance):
+    """Dimension names of the program's sites (:class:`~inference.engine.mcmc.NUTSDraws`)."""
+    sd = ["component"] if covariance == "spherical" else ["component", "dim"]
+    return {"alpha": ["component"], "m": ["component", "dim"], "sd": sd,
+            "corr": ["component", "dim", "dim_col"], "x": ["example", "dim"]}
 
 
 def align_draws(samples, pivot_means):
@@ -236,6 +276,7 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
     Returns
     -------
     MixtureMCMCResult
+        ``to_inference_data()`` converts it for arviz.
 
     Warns
     -----
@@ -243,6 +284,26 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
         Split R-hat above ``R_HAT_THRESHOLD`` or divergent transitions.
     NumericalWarning
         Non-finite draws or log-likelihoods.
+
+    Examples
+    --------
+    >>> import arviz as az
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(2), 100, 2, 2, separation=6.0)
+    >>> result = fit_mixture_mcmc(data.x, 2, rng_key=jax.random.key(1), covariance="diag",
+    ...                           num_warmup=200, num_samples=500, num_chains=2)
+    >>> result.means.shape, bool(result.converged)
+    ((2, 2), True)
+    >>> idata = result.to_inference_data()
+    >>> sorted(idata.groups())
+    ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
+    >>> idata.posterior["m"].dims, idata.log_likelihood["x"].dims
+    (('chain', 'draw', 'component', 'dim'), ('chain', 'draw', 'example'))
+    >>> int(idata.sample_stats["diverging"].sum())
+    0
+    >>> az.summary(idata, var_names=["alpha"]).shape
+    (2, 9)
     """
     x, k = check_common(x, num_components, covariance, rng_key, prior_scale,
                          "fit_mixture_mcmc")
@@ -276,7 +337,7 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
         jax.tree.map(lambda *v: jnp.stack(v), *starts), static_kwargs=static,
         num_warmup=num_warmup, num_samples=num_samples, target_accept_prob=target_accept_prob,
         max_tree_depth=max_tree_depth, progress_bar=progress_bar, desc="mixture NUTS")
-    draws, potential, diverging, steps = chains
+    draws, potential, diverging, steps = chains[:4]
     kept = {name: np.asarray(v[:, num_warmup:]) for name, v in draws.items()}
     pointwise = np.asarray(pointwise_log_likelihood(x, kept, covariance=covariance))
     if not (all(np.all(np.isfinite(v)) for v in kept.values()) and np.all(np.isfinite(pointwise))):
@@ -313,7 +374,9 @@ def fit_mixture_mcmc(x, num_components: int, *, rng_key, covariance: str = "full
         num_relabelled=num_relabelled,
         mean_num_steps=float(np.mean(np.asarray(steps[:, num_warmup:]))),
         num_gradients=int(np.sum(np.asarray(steps, np.int64))), converged=converged,
-        num_components=k, covariance=covariance)
+        num_components=k, covariance=covariance,
+        mcmc=nuts_draws(chains, num_warmup, mixture.model, (x,), kwargs, samples=aligned,
+                        dims=_dims(covariance)))
 
 
 def _logmeanexp(values, axis):
@@ -335,7 +398,10 @@ def posterior_predictive_log_likelihood(result: MixtureMCMCResult, x) -> float:
 
 
 class MixtureLOO(NamedTuple):
-    """PSIS-LOO of a k-component mixture (:func:`mixture_loo`); unpacks as a 3-tuple.
+    """PSIS-LOO summary that :func:`mixture_loo` returned before it returned arviz's
+    ``ELPDData`` (deprecated; kept so that results saved by earlier versions load).
+
+    ``MixtureLOO.from_elpd(mixture_loo(...))`` gives the old 3-tuple.
 
     Attributes
     ----------
@@ -352,10 +418,15 @@ class MixtureLOO(NamedTuple):
     se: float
     pareto_k_max: float
 
+    @classmethod
+    def from_elpd(cls, loo) -> MixtureLOO:
+        """The (elpd_loo, se, largest Pareto k) of an ``arviz.ELPDData``."""
+        return cls(float(loo.elpd_loo), float(loo.se), float(np.max(np.asarray(loo.pareto_k))))
+
 
 def mixture_loo(x, num_components: int, *, rng_key, covariance: str = "full",
                 num_warmup: int = 500, num_samples: int = 500, num_chains: int = 1,
-                **mcmc_kwargs) -> MixtureLOO:
+                **mcmc_kwargs):
     """Leave-one-out expected log predictive density of the k-component program.
 
     Runs :func:`fit_mixture_mcmc` (small data only) and ``arviz.loo`` (Pareto-
@@ -374,8 +445,10 @@ def mixture_loo(x, num_components: int, *, rng_key, covariance: str = "full",
 
     Returns
     -------
-    MixtureLOO
-        (elpd_loo, se, pareto_k_max).
+    arviz.ELPDData
+        ``arviz.loo(..., pointwise=True)``: ``elpd_loo``, ``se``, ``p_loo``, ``loo_i``
+        and ``pareto_k`` per example, ``good_k``; ``arviz.compare`` takes a dict of them.
+        (It returned a :class:`MixtureLOO` before; ``MixtureLOO.from_elpd`` gives that.)
 
     Warns
     -----
@@ -384,6 +457,19 @@ def mixture_loo(x, num_components: int, *, rng_key, covariance: str = "full",
         replaced by it).
     ConvergenceWarning
         From :func:`fit_mixture_mcmc`.
+
+    Examples
+    --------
+    >>> import arviz as az
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(2), 100, 2, 2, separation=6.0)
+    >>> loo = mixture_loo(data.x, 2, rng_key=jax.random.key(1), covariance="diag",
+    ...                   num_warmup=200, num_samples=500, num_chains=2)
+    >>> isinstance(loo, az.ELPDData), loo.loo_i.shape, bool(loo.pareto_k.max() < loo.good_k)
+    (True, (100,), True)
+    >>> MixtureLOO.from_elpd(loo)._fields
+    ('elpd_loo', 'se', 'pareto_k_max')
     """
     import arviz as az
 
@@ -399,4 +485,4 @@ def mixture_loo(x, num_components: int, *, rng_key, covariance: str = "full",
         warnings.warn(f"mixture_loo: largest Pareto k is {pareto_k_max:.3g} > {good_k:.3g} "
                       f"(k={num_components}); the PSIS-LOO estimate is unreliable for some "
                       "examples; raise num_samples", NumericalWarning, stacklevel=2)
-    return MixtureLOO(float(loo.elpd_loo), float(loo.se), pareto_k_max)
+    return loo

@@ -74,6 +74,11 @@ class SelectionResult(NamedTuple):
         ``(elpd_loo, se, pareto_k_max)`` of arviz).
     degenerate : tuple of int
         Candidates excluded because every restart collapsed.
+    arviz_compare : dict of arrays, optional
+        For ``"loo"``: the columns of ``arviz.compare`` over the candidates' PSIS-LOO
+        (rank, elpd_loo, p_loo, elpd_diff, weight, se, dse, warning), one entry per
+        candidate in the order of ``candidates``; :meth:`compare_table` gives it as
+        arviz's DataFrame. None for the other criteria.
     """
 
     criterion: str
@@ -82,6 +87,22 @@ class SelectionResult(NamedTuple):
     choice: int
     fits: tuple
     degenerate: tuple = ()
+    arviz_compare: dict | None = None
+
+    def compare_table(self):
+        """``arviz.compare``'s table of the candidates (``"loo"`` only), ranked, as a
+        pandas DataFrame indexed by ``"k=<candidate>"``."""
+        if self.arviz_compare is None:
+            raise ValueError(f"criterion {self.criterion!r} has no arviz.compare table "
+                             "(only 'loo' does)")
+        import pandas as pd
+
+        frame = pd.DataFrame({name: np.asarray(column) for name, column in
+                              self.arviz_compare.items()},
+                             index=[f"k={k}" for k in self.candidates])
+        frame["warning"] = frame["warning"].astype(bool)
+        frame["rank"] = frame["rank"].astype(int)
+        return frame.sort_values("rank")
 
     def table(self) -> str:
         """The values as a two-column text table with the choice marked."""
@@ -161,6 +182,18 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     -----
     NumericalWarning
         A candidate whose every restart collapsed (excluded from the choice).
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 600, 3, 2, separation=8.0)  # k = 3
+    >>> results = compare_criteria(data.x, [2, 3, 4], criteria=("J", "bic", "L_stocha"),
+    ...                            rng_key=jax.random.key(1))
+    >>> {name: result.choice for name, result in results.items()}  # the likelihood overfits
+    {'J': 3, 'bic': 3, 'L_stocha': 4}
+    >>> results["bic"].fits[1].num_components  # the best fit of every candidate is kept
+    3
     """
     if isinstance(criteria, str):
         raise TypeError(f"criteria must be a sequence of names among {sorted(CRITERIA)}, not "
@@ -221,15 +254,28 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
 
 def _loo(x, candidates, keys, covariance, options):
     """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
+    import arviz as az
+
     from inference.mixture.baselines import mixture_loo
 
-    values, fits = [], []
+    values, fits, loos = [], [], {}
     for k, key in zip(candidates, keys, strict=True):
-        elpd, se, pareto_k = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)
-        values.append(-float(elpd))
-        fits.append((float(elpd), float(se), float(pareto_k)))
+        loo = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)  # arviz ELPDData
+        elpd, se, pareto_k = float(loo.elpd_loo), float(loo.se), float(np.max(loo.pareto_k))
+        values.append(-elpd)
+        fits.append((elpd, se, pareto_k))
+        loos[f"k={k}"] = loo
     choice = candidates[int(np.argmin(values))]
-    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits))
+    table = None
+    if len(loos) > 1:
+        frame = az.compare(loos, ic="loo").loc[list(loos)]
+        table = {name: np.asarray(frame[name], dtype=np.float64) for name in _COMPARE_COLUMNS}
+    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits),
+                           arviz_compare=table)
+
+
+#: The numeric columns of ``arviz.compare`` kept by a ``"loo"`` selection.
+_COMPARE_COLUMNS = ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")
 
 
 def select_num_components(x, candidates, *, criterion: str = "J", covariance: str = "full",

@@ -37,6 +37,7 @@ from numpyro.diagnostics import split_gelman_rubin
 from numpyro.infer import SVI, Trace_ELBO, init_to_value
 from numpyro.infer.autoguide import AutoDelta
 
+from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.svi import SVIFit, SVIProblem
@@ -167,6 +168,18 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
         When the loss still changes by more than ``tol`` at the end.
     NumericalWarning
         When the loss or the estimates are not finite.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from inference.ppca.compare import largest_angle
+    >>> from ppl_models import ppca
+    >>> data = ppca.generate(jax.random.key(0), 300, 5, 2, noise=0.1)
+    >>> fit = fit_ppca_svi(data.x, 2, rng_key=jax.random.key(1), num_steps=200)
+    >>> fit.weights.shape, bool(fit.converged), round(float(fit.noise), 1)  # sigma = 0.1
+    ((2, 5), True, 0.1)
+    >>> largest_angle(fit.weights, data.weights) < 0.05  # the planted subspace (radians)
+    True
     """
     x, num_components = _check(x, num_components, rng_key)
     num_steps = check_positive_int(num_steps, "num_steps")
@@ -218,6 +231,10 @@ class PPCAMCMCResult(NamedTuple):
         Leapfrog steps after warm-up, all chains (the cost).
     converged : bool
         ``r_hat <= R_HAT_THRESHOLD`` and no divergent transition.
+    mcmc : NUTSDraws or None
+        The draws of W, mu and sigma, NumPyro's extra fields per draw, the data and the
+        program's arguments: what :meth:`to_inference_data` converts (None in results
+        saved before it was kept).
     """
 
     weights_gram: jax.Array
@@ -229,6 +246,22 @@ class PPCAMCMCResult(NamedTuple):
     num_divergent: int
     num_gradients: int
     converged: bool
+    mcmc: NUTSDraws | None = None
+
+    def to_inference_data(self):
+        """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``
+        (:func:`inference.engine.inference_data.to_inference_data`).
+
+        Groups: ``posterior`` ("W" over "component" and "dim", each draw in its own
+        rotation; "mu" over "dim"; "sigma"), ``sample_stats`` (``diverging``,
+        ``energy``, ``lp``, ...), ``log_likelihood`` ("x": log p(x_n | W, mu, sigma),
+        z integrated out, per "example") and ``observed_data`` ("x").
+
+        Returns
+        -------
+        arviz.InferenceData
+        """
+        return to_inference_data(self.mcmc, result=self)
 
 
 #: The collapsed program (z integrated out, sigma sampled) that fit_ppca_mcmc samples.
@@ -265,11 +298,30 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
     Returns
     -------
     PPCAMCMCResult
+        ``to_inference_data()`` converts it for arviz.
 
     Warns
     -----
     ConvergenceWarning
         Split R-hat above ``R_HAT_THRESHOLD`` or divergent transitions.
+
+    Examples
+    --------
+    >>> import arviz as az
+    >>> import jax
+    >>> from ppl_models import ppca
+    >>> data = ppca.generate(jax.random.key(0), 100, 4, 1, noise=0.3)
+    >>> result = fit_ppca_mcmc(data.x, 1, rng_key=jax.random.key(1), num_warmup=100,
+    ...                        num_samples=100)
+    >>> result.subspace.shape, bool(result.converged)
+    ((1, 4), True)
+    >>> idata = result.to_inference_data()
+    >>> sorted(idata.groups())
+    ['log_likelihood', 'observed_data', 'posterior', 'sample_stats']
+    >>> idata.posterior["W"].dims, idata.log_likelihood["x"].shape
+    (('chain', 'draw', 'component', 'dim'), (2, 100, 100))
+    >>> az.bfmi(idata).shape  # energy Bayesian fraction of missing information, per chain
+    (2,)
     """
     x, num_components = _check(x, num_components, rng_key)
     num_warmup = check_positive_int(num_warmup, "num_warmup")
@@ -312,7 +364,9 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
     _, vectors = np.linalg.eigh(mean_gram)
     subspace = vectors[:, ::-1][:, :num_components].T
     dtype = x.dtype
+    record = nuts_draws(chains, num_warmup, _COLLAPSED, (x,), {"num_components": num_components},
+                        dims={"W": ["component", "dim"], "mu": ["dim"], "x": ["example", "dim"]})
     return PPCAMCMCResult(jnp.asarray(mean_gram, dtype), jnp.asarray(subspace, dtype),
                           jnp.asarray(np.asarray(draws["mu"]).mean(axis=(0, 1)), dtype),
                           float(sigma.mean()), jnp.asarray(sigma, dtype), r_hat, num_divergent,
-                          num_gradients, converged)
+                          num_gradients, converged, mcmc=record)
