@@ -135,6 +135,18 @@ def associate(
         ``converged`` (num_examples,), ``trace`` (per sweep, for iterative methods;
         with several devices, one trace per device, of its rows padding included,
         stacked on a new leading axis).
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import gvq
+    >>> data = gvq.generate_planted(jax.random.key(0), 50, 4, 8)
+    >>> exact = associate(data.features, data.x, method="exact")
+    >>> exact.states.shape, bool((exact.states == data.states).all())  # the planted states
+    ((50, 4), True)
+    >>> fast = associate(data.features, data.x, method="br", rng_key=jax.random.key(1))
+    >>> bool((fast.states == exact.states).all())  # belief revision: the same states
+    True
     """
     load_methods()
     mesh = resolve_mesh(devices, mesh)

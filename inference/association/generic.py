@@ -72,6 +72,19 @@ def numpyro_map_states(model: Callable, *args, method: str = "auto", rng_key=Non
     MapStatesResult
         ``converged`` is True (enumeration is exact; the sampler has no stopping rule
         of its own); ``trace`` is None.
+
+    Examples
+    --------
+    GVQ with one enumerable site per unit (``split_states=True``), as the example of
+    :func:`inference.map_states`:
+
+    >>> import jax.numpy as jnp
+    >>> from ppl_models import gvq
+    >>> F = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> x = jnp.array([[0.9, 0.1], [1.1, 0.8], [0.1, -0.1]])
+    >>> result = numpyro_map_states(gvq.model, x, features=F, split_states=True)
+    >>> result.states["s_0"].tolist(), result.states["s_1"].tolist(), result.energy.shape
+    ([1, 1, 0], [0, 1, 0], (3,))
     """
     if method not in ("auto", "enumerate", *SAMPLERS):
         raise ValueError(f"method must be 'auto', 'enumerate' or one of {list(SAMPLERS)}; "

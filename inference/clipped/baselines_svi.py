@@ -270,6 +270,20 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
         When the loss still falls by more than ``tol`` in the middle of the run.
     NumericalWarning
         When the loss or W is not finite.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> from jax.scipy.stats import norm
+    >>> from ppl_models import clipped_gaussian
+    >>> data = clipped_gaussian.generate(jax.random.key(0), 500, 8, 2)
+    >>> result = fit_clipped_svi(data.s, 2, rng_key=jax.random.key(1), num_steps=500)
+    >>> result.weights.shape, result.hidden_loc.shape, bool(result.converged)
+    ((8, 2), (500, 2), True)
+    >>> # P(s_a = +1) = Phi(xi_a / sd(x_a)) of the fit against the planted Phi(xi_a)
+    >>> sd = jnp.sqrt(jnp.sum(result.weights ** 2, axis=1) + result.noise ** 2)
+    >>> bool(jnp.abs(norm.cdf(result.bias / sd) - norm.cdf(data.bias)).max() < 0.1)
+    True
     """
     spins, num_hidden, noise, bias = check_arguments(s, num_hidden, rng_key, noise, bias,
                                                      "fit_clipped_svi")

@@ -24,7 +24,7 @@ them); negative eigenvalues are reported with a warning and a flag, and
 
 The fitted model is the program ``ppl_models.clipped_gaussian.model``.
 :func:`program_parameters` gives its arguments at a noise sigma with the fitted
-marginals kept (the biases rescaled to the variance |W_a|^2 + sigma^2 of x_a);
+marginals kept (the biases rescaled to the variance ``|W_a|^2 + sigma^2`` of x_a);
 :func:`model_moments` computes the means and second moments that the program
 predicts, the score of every learner (:func:`moment_error`, against held-out
 patterns). :func:`infer_hidden` finds the MAP hidden causes of patterns from the
@@ -207,6 +207,20 @@ def fit_clipped_gaussian(s, num_hidden: int, *, bias: bool = True, project: bool
     ----------
     Lee and Sompolinsky (1999), eq. 7-10 and the learning rule of the
     translation-invariant example.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> from ppl_models import clipped_gaussian
+    >>> data = clipped_gaussian.generate(jax.random.key(0), 2000, 8, 2)  # N = 8, P = 2
+    >>> fit = fit_clipped_gaussian(data.s, 2)
+    >>> fit.weights.shape, fit.num_examples
+    ((8, 2), 2000)
+    >>> bool(jnp.abs(fit.bias - data.bias).max() < 0.2)  # the planted biases
+    True
+    >>> # W is found up to a rotation of its columns: compare W W^T
+    >>> bool(jnp.abs(fit.weights @ fit.weights.T - data.weights @ data.weights.T).max() < 0.3)
+    True
     """
     streamed = is_stream(s)  # np.memmap, callable, list of batches, BatchSource
     if streamed and (devices is not None or mesh is not None):
@@ -342,7 +356,7 @@ def _eigenvalue_noise(corr, second, xi, num_examples, constant, bias):
 def program_parameters(fit: ClippedGaussianFit, noise: float = clipped_gaussian.DEFAULT_NOISE):
     """``model`` keyword arguments (weights, bias, noise) that keep the fitted marginals.
 
-    In the program x_a = W_a y + xi_a + noise has variance |W_a|^2 + sigma^2, not
+    In the program x_a = W_a y + xi_a + noise has variance ``|W_a|^2 + sigma^2``, not
     the unit variance the fit assumed, so the biases are rescaled by its
     standard deviation: P(s_a = +1) = Phi(xi_a) as fitted.
     """

@@ -50,6 +50,19 @@ def fit_clipped_gaussian_stream(source, num_hidden: int, *, bias: bool = True,
     Returns
     -------
     inference.clipped.fit.ClippedGaussianFit
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> from ppl_models import clipped_gaussian
+    >>> from inference.clipped.fit import fit_clipped_gaussian
+    >>> s = clipped_gaussian.generate(jax.random.key(0), 2000, 8, 2).s
+    >>> batches = [s[i:i + 500] for i in range(0, 2000, 500)]  # or a memmap, a callable
+    >>> fit = fit_clipped_gaussian_stream(batches, 2)
+    >>> fit.weights.shape, fit.num_examples
+    ((8, 2), 2000)
+    >>> bool(jnp.array_equal(fit.weights, fit_clipped_gaussian(s, 2).weights))  # in memory
+    True
     """
     return fit_clipped_gaussian(batches(source, batch_size), num_hidden, bias=bias,
                                 project=project, constant_columns=constant_columns, tol=tol,

@@ -127,6 +127,18 @@ def fit_gvq_svi(
         under the learned F, so they compare directly with :func:`fit_gvq`;
         ``trace.objective`` holds the per-example loss (-ELBO / num_examples) per step;
         ``num_iterations`` is ``num_steps``; ``restart_errors`` the final losses.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from inference.gvq.em import match_features
+    >>> from ppl_models import gvq
+    >>> data = gvq.generate_planted(jax.random.key(0), 100, 3, 6, noise_scale=0.1)
+    >>> fit = fit_gvq_svi(data.x, 3, rng_key=jax.random.key(1), num_steps=200)
+    >>> fit.trace.objective.shape, bool(fit.converged)
+    ((200,), True)
+    >>> bool(match_features(fit.features, data.features)[1] < 0.1)  # the planted F
+    True
     """
     x = check_data(x, "x")
     num_features = check_positive_int(num_features, "num_features",

@@ -219,6 +219,19 @@ def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key
         The chosen set's origin and switchable units, zeros elsewhere.
     sets : int32 array (num_examples,)
     energy : array (num_examples,)
+
+    Examples
+    --------
+    Two sets of two switchable units and an origin; four noiseless examples:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from ppl_models import gvq
+    >>> F = gvq.planted_features(jax.random.key(0), 6, 8)
+    >>> sets, units = jnp.array([0, 1, 1, 0]), jnp.array([[1, 0], [0, 1], [1, 1], [0, 0]])
+    >>> planted = gvq.full_states(sets, units, 2)
+    >>> states, chosen, energy = associate_sets(F, planted @ F, 2)
+    >>> chosen.tolist(), bool((states == planted).all())
+    ([0, 1, 1, 0], True)
     """
     features, x, kwargs, method = check_constraints(
         features, x, num_sets=num_sets, method=method, model_kwargs=model_kwargs,

@@ -184,6 +184,17 @@ def fit_gvq(
     :class:`inference.engine.streaming.BatchSource`; ``batch_size=`` rows per batch): the
     fit then runs by passes (:func:`inference.gvq.stream.fit_gvq_stream`, the
     same EM; ``states`` is None there, not with ``binary``, devices or checkpoints).
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import gvq
+    >>> data = gvq.generate_planted(jax.random.key(0), 200, 4, 8, noise_scale=0.1)
+    >>> fit = fit_gvq(data.x, 4, rng_key=jax.random.key(1))
+    >>> fit.states.shape, bool(fit.converged)
+    ((200, 4), True)
+    >>> bool(match_features(fit.features, data.features)[1] < 0.05)  # the planted F
+    True
     """
     if is_stream(x):
         if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:

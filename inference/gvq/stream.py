@@ -189,6 +189,19 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
     Returns
     -------
     inference.gvq.result.GVQResult
+
+    Examples
+    --------
+    >>> import jax
+    >>> from inference.gvq.em import match_features
+    >>> from ppl_models import gvq
+    >>> data = gvq.generate_planted(jax.random.key(0), 200, 4, 8, noise_scale=0.1)
+    >>> batches = [data.x[:100], data.x[100:]]  # or an np.memmap with batch_size=
+    >>> fit = fit_gvq_stream(batches, 4, rng_key=jax.random.key(1))
+    >>> bool(fit.converged), fit.states is None
+    (True, True)
+    >>> bool(match_features(fit.features, data.features)[1] < 0.05)  # the planted F
+    True
     """
     if rng_key is None:
         raise MissingKeyError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")

@@ -395,6 +395,37 @@ def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_k
                 resume_from=resume_from)
 
 
+_EXAMPLE_DATA = """
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mcvq
+    >>> from inference.mcvq.scoring import exact_log_likelihood
+    >>> data = mcvq.generate(jax.random.key(2), num_examples=40, dim=6, num_vqs=2,
+    ...                      num_states=3)
+"""
+
+# Examples last (numpydoc), after the shared Parameters / Returns / Warns.
+_EXAMPLES = {fit_mcvq_svi: _EXAMPLE_DATA + """\
+    >>> result = fit_mcvq_svi(data.x, 2, 3, rng_key=jax.random.key(10), num_steps=2000,
+    ...                       learning_rate=0.2)
+    >>> bool(result.converged), result.mu.shape, result.g is None
+    (True, (6, 2, 3), True)
+    >>> # maximum likelihood: at least the likelihood of the planted parameters
+    >>> bool(-result.loss >= exact_log_likelihood(data.x, data.mu, data.sigma).mean())
+    True
+""", fit_mcvq_meanfield_svi: _EXAMPLE_DATA + """\
+    >>> result = fit_mcvq_meanfield_svi(data.x, 2, 3, rng_key=jax.random.key(10),
+    ...                                 num_steps=2000, learning_rate=0.2)
+    >>> bool(result.converged), result.g.shape, result.m.shape
+    (True, (6, 2), (40, 2, 3))
+    >>> result.g.argmax(axis=1).tolist(), data.r.tolist()  # the planted partition
+    ([1, 1, 0, 1, 0, 0], [1, 1, 0, 1, 0, 0])
+    >>> # -loss is an ELBO: at most the exact log-likelihood of the same mu, sigma
+    >>> bool(-result.loss <= exact_log_likelihood(data.x, result.mu, result.sigma).mean())
+    True
+"""}
+
 for _fn in (fit_mcvq_svi, fit_mcvq_meanfield_svi):
     if _fn.__doc__ is not None:  # None under python -OO
-        _fn.__doc__ += _FIT_PARAMETERS
+        _fn.__doc__ += _FIT_PARAMETERS + _EXAMPLES[_fn]

@@ -294,6 +294,15 @@ def reconstruct(g, m, mu):
 
     ``g`` (D, K), ``m`` (N, K, J), ``mu`` (D, K, J); raises ``ValueError`` naming the
     argument whose shape disagrees with ``mu``'s.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> g = jnp.eye(2)  # dimension d is explained by VQ d (D = K = 2)
+    >>> m = jnp.array([[[1.0, 0.0], [0.0, 1.0]]])  # one example: VQ 0 in state 0, VQ 1 in 1
+    >>> mu = jnp.arange(8.0).reshape(2, 2, 2)  # mu[d, k, j]
+    >>> reconstruct(g, m, mu).tolist()  # [mu[0, 0, 0], mu[1, 1, 1]]
+    [[0.0, 7.0]]
     """
     if jnp.ndim(mu) != 3:
         raise ValueError(f"mu must have shape (D, K, J); got shape {jnp.shape(mu)}")

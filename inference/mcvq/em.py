@@ -175,7 +175,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         sigma^2 >= ``variance_floor`` times the mean variance of the observed
         data per dimension (absolute floor in the result).
     tol : float
-        Stop when |Delta F_T| <= tol max(|F_T|, 1) between two iterations at the
+        Stop when ``|Delta F_T| <= tol max(|F_T|, 1)`` between two iterations at the
         same temperature.
     a : array (D, K), optional
     b : array (K, J), optional
@@ -324,6 +324,20 @@ def infer_states(result: MCVQResult, x_new, *, mask=None):
     E-step minimises F over m in closed form). Missing entries (``mask`` False,
     any value, NaN included) drop out; an example with no observed entry gets
     the prior b.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> from ppl_models import mcvq
+    >>> data = mcvq.generate(jax.random.key(2), num_examples=80, dim=9, num_vqs=3,
+    ...                      num_states=3)
+    >>> result = fit_mcvq(data.x[:60], 3, 4, rng_key=jax.random.key(10), max_iterations=80)
+    >>> q = infer_states(result, data.x[60:])  # 20 examples the fit has not seen
+    >>> q.shape, bool(jnp.allclose(q.sum(axis=-1), 1.0))
+    ((20, 3, 4), True)
+    >>> x_hat = reconstruct(result.g, q, result.mu)  # held-out error at the noise sd 0.3
+    >>> round(float(jnp.sqrt(jnp.mean((x_hat - data.x[60:]) ** 2))), 1)
+    0.3
     """
     if not isinstance(result, MCVQResult):
         raise TypeError(f"result must be an MCVQResult (from fit_mcvq); got "

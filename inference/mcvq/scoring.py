@@ -176,6 +176,18 @@ def fit_variational(x, mu, sigma, *, mask=None, a=None, b=None, g=None,
     Returns
     -------
     (g, m) : arrays (D, K), (N, K, J)
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mcvq
+    >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
+    ...                      num_states=3)
+    >>> g, m = fit_variational(data.x, data.mu, data.sigma)  # the planted mu, sigma
+    >>> g.shape, m.shape
+    ((9, 3), (60, 3, 3))
+    >>> bool((g.argmax(axis=1) == data.r).all())  # the planted partition of the dimensions
+    True
     """
     mu, sigma = jnp.asarray(mu), jnp.asarray(sigma)
     if mu.ndim != 3:

@@ -283,6 +283,22 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     Returns
     -------
     inference.mcvq.em.MCVQResult
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, numpy as np
+    >>> from ppl_models import mcvq
+    >>> from inference.mcvq.core import reconstruct
+    >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
+    ...                      num_states=3)
+    >>> x = np.asarray(data.x)  # or an np.memmap, a list of (x, mask) batches, a callable
+    >>> result = fit_mcvq_stream(x, 3, 4, rng_key=jax.random.key(10), max_iterations=80,
+    ...                          batch_size=20, return_m=True)
+    >>> bool(result.converged), result.g.shape, result.m.shape
+    (True, (9, 3), (60, 3, 4))
+    >>> x_hat = reconstruct(result.g, result.m, result.mu)  # error below the noise sd 0.3
+    >>> bool(jnp.sqrt(jnp.mean((x_hat - x) ** 2)) < 0.3)
+    True
     """
     num_vqs = check_positive_int(num_vqs, "num_vqs")
     num_states = check_positive_int(num_states, "num_states")

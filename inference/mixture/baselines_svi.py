@@ -204,6 +204,17 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
         When the loss still moves by more than ``tol`` in the second half.
     NumericalWarning
         When the loss or the parameters are not finite.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 200, 3, 2, separation=8.0)
+    >>> result = fit_mixture_svi(data.x, 3, rng_key=jax.random.key(1), num_steps=300)
+    >>> bool(result.converged), result.means.shape, round(result.log_likelihood, 1)
+    (True, (3, 2), -3.8)
+    >>> len(set(zip(result.labels.tolist(), data.labels.tolist())))  # the planted clusters
+    3
     """
     x, k = check_common(x, num_components, covariance, rng_key, prior_scale,
                          "fit_mixture_svi")

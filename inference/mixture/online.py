@@ -362,6 +362,18 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     Returns
     -------
     OnlineResult
+
+    Examples
+    --------
+    >>> import jax
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 400, 3, 2, separation=8.0, unequal=False)
+    >>> rpcl = fit_online(data.x, 6, method="rpcl", rng_key=jax.random.key(2), max_iterations=5)
+    >>> cl = fit_online(data.x, 6, method="cl", rng_key=jax.random.key(2), max_iterations=5)
+    >>> rpcl.num_components, cl.num_components  # RPCL drives the 3 extra units off the data
+    (3, 6)
+    >>> rpcl.num_steps, rpcl.trace.num_used.tolist()  # 5 passes of 400 steps
+    (2000, [3, 3, 3, 3, 3])
     """
     check_choice(old_posterior, "old_posterior", ("zero", "previous"))
     criterion, delearning = check_options(method, schedule, covariance, init, criterion,

@@ -167,6 +167,19 @@ prior_count, min_share, reg_covar, min_weight
     Returns
     -------
     OnlineStreamResult
+
+    Examples
+    --------
+    >>> import jax, numpy as np
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 400, 3, 2, separation=8.0, unequal=False)
+    >>> x = np.asarray(data.x)  # rows in random order (a stream is not shuffled)
+    >>> fit = fit_online_stream(x, 6, method="rpcl", rng_key=jax.random.key(2), batch_size=100,
+    ...                         max_iterations=10)
+    >>> fit.num_components, fit.num_iterations, fit.num_steps  # 3 of the 6 units stay in use
+    (3, 10, 4000)
+    >>> fit.trace.objective.shape  # one entry per batch of every pass
+    (40,)
     """
     rate = mixture_online.check_rate
     criterion, delearning = mixture_online.check_options(method, schedule, covariance, init,

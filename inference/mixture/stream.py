@@ -344,6 +344,19 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     Returns
     -------
     MixtureResult
+
+    Examples
+    --------
+    >>> import jax, numpy as np
+    >>> from ppl_models import mixture
+    >>> data = mixture.generate(jax.random.key(0), 200, 3, 2, separation=8.0)
+    >>> x = np.asarray(data.x)  # or an np.memmap of a file too large for memory
+    >>> fit = fit_mixture_stream(x, 3, rng_key=jax.random.key(1), batch_size=50,
+    ...                          return_labels=True)
+    >>> fit.num_components, bool(fit.converged), fit.labels.shape
+    (3, True, (200,))
+    >>> len(set(zip(fit.labels.tolist(), data.labels.tolist())))  # the planted clusters
+    3
     """
     check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")

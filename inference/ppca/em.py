@@ -262,6 +262,18 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
         When the kept start did not converge in ``max_iterations``.
     NumericalWarning
         When W or sigma is not finite.
+
+    Examples
+    --------
+    >>> import jax
+    >>> from inference.ppca.compare import largest_angle
+    >>> from ppl_models import ppca
+    >>> data = ppca.generate(jax.random.key(0), 300, 5, 2, noise=0.1)
+    >>> fit = fit_ppca(data.x, 2, noise="ml", rng_key=jax.random.key(1), max_iterations=1000)
+    >>> fit.weights.shape, bool(fit.converged), round(float(fit.noise), 1)  # sigma = 0.1
+    ((2, 5), True, 0.1)
+    >>> largest_angle(fit.weights, data.weights) < 0.05  # the planted subspace (radians)
+    True
     """
     check_rng_key(rng_key)
     mode, sigma = _check_noise(noise)

@@ -130,6 +130,19 @@ def quadratic_energy(
     -------
     QuadraticEnergy
         ``linear`` (num_examples, n), ``couplings`` (n, n), ``constant`` (num_examples,).
+
+    Examples
+    --------
+    GVQ's energy ||x - s @ F||^2 (module docstring) with two features:
+
+    >>> import jax.numpy as jnp
+    >>> from ppl_models import gvq
+    >>> F, x = jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([[2.0, 1.0]])
+    >>> energy = quadratic_energy(gvq.model, x, model_kwargs={"features": F})
+    >>> energy.linear.tolist(), energy.couplings.tolist()  # h_i, w_ij = 2 f_i.f_j
+    ([[-3.0, -4.0]], [[0.0, 2.0], [2.0, 0.0]])
+    >>> energy(jnp.array([[1, 1]])).tolist(), energy(jnp.array([[1, 0]])).tolist()
+    ([0.0], [2.0])
     """
     if is_traced(x) or any(is_traced(v) for v in jax.tree.leaves(model_kwargs)) or \
             is_traced(noise):
@@ -176,6 +189,19 @@ def check_quadratic(
     quadratic-form algorithms do not apply to it. Returns the energy of all of
     ``x``. Not jittable (it raises); the algorithms call it once before their
     loops.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp
+    >>> from ppl_models import gvq
+    >>> F, x = jnp.array([[1.0, 0.0], [1.0, 1.0]]), jnp.array([[2.0, 1.0]])
+    >>> check_quadratic(gvq.model, x, model_kwargs={"features": F}).couplings.shape
+    (2, 2)
+    >>> binary = {"features": F, "binary": True, "beta": 4.5}  # sigmoid output: not quadratic
+    >>> check_quadratic(gvq.model, x, model_kwargs=binary)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the program's energy is not quadratic in site 's': ...
     """
     if is_traced(x):
         return _quadratic_energy(model, x, latent=latent, noise=noise,

@@ -63,9 +63,14 @@ class NoiselessGaussian(dist.Distribution):
     returns ``loc``. It is improper and only meant for energies and for the
     deterministic generative model.
 
-    >>> import jax.numpy as jnp
-    >>> NoiselessGaussian(jnp.array([1.0, 2.0])).log_prob(jnp.array([0.0, 2.0]))
-    Array([-1., -0.], dtype=float32)
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> limit = NoiselessGaussian(jnp.array([1.0, 2.0]))
+    >>> limit.log_prob(jnp.array([0.0, 2.0])).tolist()  # -(x - loc)^2
+    [-1.0, -0.0]
+    >>> limit.sample(jax.random.key(0)).tolist()  # the mean, x = loc
+    [1.0, 2.0]
     """
 
     arg_constraints = {"loc": constraints.real}
@@ -96,6 +101,16 @@ def map_gaussian(fn: dist.Distribution, leaf: Callable[[dist.Normal], dist.Distr
     A ``ClippedNormal`` is the clip of a ``Normal``: ``leaf`` acts on that Normal and
     the result is clipped again (a ``NoiselessGaussian`` becomes a ``NoiselessClip``).
     Returns ``None`` when ``fn`` has no ``Normal`` core.
+
+    Examples
+    --------
+    >>> import numpyro.distributions as dist
+    >>> site = dist.Normal(0.0, 1.0).expand([3]).to_event(1)
+    >>> smaller = map_gaussian(site, lambda normal: dist.Normal(normal.loc, 0.5))
+    >>> smaller.event_shape, smaller.base_dist.scale.tolist()
+    ((3,), [0.5, 0.5, 0.5])
+    >>> map_gaussian(dist.Bernoulli(0.5), lambda normal: normal) is None
+    True
     """
     if isinstance(fn, dist.Normal):
         return leaf(fn)
