@@ -1,4 +1,5 @@
 """Translation-invariant bumps on a ring: Lee and Sompolinsky (1999), Fig. 3.
+==========================================================================
 
 **Set-up (the paper's).** N = 256 spins on a ring with periodic boundaries; in
 each pattern one contiguous bump of N/2 = 128 spins is +1 and the rest -1, the
@@ -92,6 +93,7 @@ import jax
 import numpy as np
 
 from inference.clipped.fit import fit_clipped_gaussian
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate, ring_bumps
 from ppl_models.diagnostics import ZooWarning
@@ -422,10 +424,9 @@ def _plot(paths, exact, sample, result_exact, result_sampled):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     n = NUM_UNITS
-    fig, ax = plt.subplots(figsize=(6.0, 4.5))
+    fig, ax = new_figure(figsize=(6.0, 4.5))
     rank = np.arange(1, n + 1)
     for r, style, label in ((result_exact, "-", "exact"), (result_sampled, ":", "sampled")):
         for key, color, name in (("css_eigenvalues", "tab:blue", "C_ss"),
@@ -440,11 +441,9 @@ def _plot(paths, exact, sample, result_exact, result_sampled):
             transform=ax.transAxes, fontsize=7)
     ax.set_title(f"Bumps on a ring, N = {n} (cf. paper Fig. 3)", fontsize=10)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["spectra"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["spectra"])
 
-    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.6))
+    fig, axes = new_figure(1, 3, figsize=(13.0, 3.8), width_ratios=[1.0, 1.1, 1.1])
     shown = [("exact distribution", exact[:: n // 12][:12]), ("sampled bumps", sample[:12]),
              ("drawn from the fitted P = 2 model", result_exact["model_patterns"])]
     stacked = np.concatenate([np.vstack([block, np.zeros((1, n))]) for _, block in shown])
@@ -459,13 +458,13 @@ def _plot(paths, exact, sample, result_exact, result_sampled):
             u = w[:, j] / np.linalg.norm(w[:, j])
             phase = np.radians(r["fourier_phase"][j])
             ax.plot(u, color=color, label=f"eigenvector {j + 1} (R^2 {r['fourier_r2'][j]:.5f})")
-            ax.plot(np.sqrt(2.0 / n) * np.cos(angle - phase), "k:", linewidth=0.8)
-        ax.set_title(f"leading eigenvectors of C_xx, {name} (dotted: cos fit)", fontsize=9)
+            ax.plot(np.sqrt(2.0 / n) * np.cos(angle - phase), "k:", linewidth=0.8,
+                    label="cosine fit" if j == 0 else None)
+        ax.set_title(f"leading eigenvectors of C_xx, {name}", fontsize=9)
         ax.set_xlabel("unit a")
+        ax.set_ylabel("component (unit norm)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["patterns"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["patterns"])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The sum constraint: binary data no clipped Gaussian can produce (Lee and Sompolinsky, 1999).
+============================================================================================
 
 **The paper's claim.** The distribution that puts equal weight on every pattern
 of N spins with sum_a s_a = 0 (the zero-temperature limit of
@@ -41,7 +42,7 @@ block's moments and samples are those of its own model): ``model_moments`` and
 for every N >= 4. Whether it also warns (NumericalWarning) depends on its
 sampling-noise scale ``eigenvalue_noise``: it treats the C(N, N/2) patterns as
 independent draws, and for N <= 10 (6 to 252 patterns) that scale (2.1 to 0.61)
-exceeds |lambda_min|, so the fit stays silent; from N = 12 (924 patterns,
+exceeds ``|lambda_min|``, so the fit stays silent; from N = 12 (924 patterns,
 scale 0.35) it warns. Here the patterns are the whole distribution, not a
 sample, so the negative eigenvalue is exact at every N; the script records the
 warnings and reports both.
@@ -90,6 +91,7 @@ import jax
 import numpy as np
 
 from inference.clipped.fit import fit_clipped_gaussian, model_moments, moment_error
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate, sum_constraint_patterns
 from ppl_models.diagnostics import NumericalWarning, ZooWarning
@@ -339,11 +341,10 @@ def _plot(path, rows):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     sizes = np.array([r["N"] for r in rows])
     grid = np.linspace(2, max(sizes.max(), 16), 200)
-    fig, axes = plt.subplots(1, 3, figsize=(13.0, 3.8))
+    fig, axes = new_figure(1, 3, figsize=(13.0, 4.0))
     ax = axes[0]
     ax.plot(grid, 1 - (grid - 1) * np.sin(np.pi / (2 * (grid - 1))), "k-", linewidth=0.8,
             label="1 - (N-1) sin(pi / (2(N-1)))")
@@ -351,7 +352,7 @@ def _plot(path, rows):
             label="fitted C_xx")
     ax.axhline(1 - np.pi / 2, color="grey", linestyle=":", label="1 - pi/2")
     ax.axhline(0.0, color="grey", linewidth=0.5)
-    ax.set_xlabel("N")
+    ax.set_xlabel("N (units)")
     ax.set_ylabel("smallest eigenvalue of C_xx")
     ax.legend(fontsize=7)
     ax.set_title("no Gaussian behind the sum constraint", fontsize=9)
@@ -359,7 +360,7 @@ def _plot(path, rows):
     ax.plot(sizes, [r["css_offdiag"] for r in rows], "o-", label="data: -1/(N-1)")
     ax.plot(sizes, [r["model_second"] for r in rows], "s-",
             label="projected model: (2/pi) arcsin(-1/(N-1))")
-    ax.set_xlabel("N")
+    ax.set_xlabel("N (units)")
     ax.set_ylabel("<s_a s_b>, a != b")
     ax.legend(fontsize=7)
     ax.set_title("pair correlations", fontsize=9)
@@ -372,11 +373,10 @@ def _plot(path, rows):
         keep = frequency > 0
         ax.plot(values[keep], frequency[keep], "o-", markersize=3, label=f"N = {n}")
     ax.set_xlabel("sum_a s_a, projected model (data: always 0)")
-    ax.set_ylabel("fraction")
+    ax.set_ylabel("fraction of the model's patterns")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ax.set_title("sum of a pattern under the projected model", fontsize=9)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Handwritten twos under the clipped-Gaussian model: Lee and Sompolinsky (1999), Fig. 4.
+======================================================================================
 
 **Data.** The paper models a large set of 16 x 16 black-and-white USPS twos.
 USPS is not bundled with any installed package and the zoo has no network at run
@@ -48,7 +49,7 @@ eigenvectors and the morph shown do not depend on the seed).
 2. *Eigenvectors.* The 16 leading eigenvectors of C_xx next to scikit-learn
    PCA's 16 components of the same binary images: subspace overlap
    ||U_xx^T U_pca||_F^2 / 16 = 0.582, against 16 / 46 = 0.348 for unrelated
-   subspaces of the varying pixels. The leading vectors match: |cosine| with
+   subspaces of the varying pixels. The leading vectors match: ``|cosine|`` with
    PCA's vector of the same rank is 0.43-0.72 for ranks 1-6, then mostly below
    0.25 (0.42 at rank 9). The later C_xx vectors are noisier than PCA's. So
    "qualitatively similar to those found by the standard PCA algorithm" holds
@@ -91,7 +92,7 @@ the 200 random morphs with the same interpolation and clip as ``morph``; for
 the pair shown, the frames agree with ``morph``'s in every pixel.
 
 Figures: ``clipped_digits_spectra.png`` (Fig. 4, left: eigenvalues against rank,
-log scale, |negative| ones of C_xx as open circles), ``clipped_digits_eigenvectors.png``
+log scale, ``|negative|`` ones of C_xx as open circles), ``clipped_digits_eigenvectors.png``
 (Fig. 4 inset, beside PCA), ``clipped_digits_morph.png`` (Fig. 4, right: the
 clipped morph above the pixel, PCA-coefficient and thresholded PCA morphs); the
 numbers go to ``clipped_digits.json``.
@@ -130,6 +131,7 @@ from inference.clipped.fit import (
     morph,
     program_parameters,
 )
+from inference.engine.figures import empty_figure, new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.program.handlers import noiseless
 from ppl_models import clipped_gaussian
@@ -516,46 +518,47 @@ def _plot(paths, s, spec, weights, eigenvalues, pca, comparison, shown, num_hidd
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = new_figure(1, 2, figsize=(10, 4.3))
     for ax, key, title in ((axes[0], "all", f"all {s.shape[1]} pixels (fit as returned)"),
                            (axes[1], "varying", f"the {spec['num_varying']} varying pixels")):
         curves = spec[key]
-        for name, style in (("C_ss", "-"), ("C_ss_centred", "--"), ("C_xx_projected", ":"),
-                            ("C_xx", "-")):
+        for name, style, colour in (("C_ss", "-", "C0"), ("C_ss_centred", "--", "C1"),
+                                    ("C_xx_projected", ":", "C2"), ("C_xx", "-", "C3")):
             if name not in curves:
                 continue
             values = np.asarray(curves[name]["eigenvalues"])
             rank = np.arange(1, values.size + 1)
             positive = values > 0
             line, = ax.semilogy(rank[positive], values[positive], style, marker=".",
-                                label=name.replace("_", " "))
+                                color=colour, label=name.replace("_", " "))
             if name == "C_xx" and np.any(~positive):
                 ax.semilogy(rank[~positive], -values[~positive], "o", mfc="none",
                             color=line.get_color(), label="|negative| of C xx")
-        ax.axvline(num_hidden, color="grey", lw=0.8)
+        ax.axvline(num_hidden, color="grey", lw=0.8, label=f"P = {num_hidden} hidden units")
         ax.set_ylim(1e-3, 100)
         ax.set_xlabel("eigenvalue rank")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     axes[0].set_ylabel("eigenvalue")
-    fig.suptitle("Spectra of the binary C_ss and the Gaussian C_xx (cf. Fig. 4); grey line: P",
-                 fontsize=9)
-    fig.tight_layout()
-    fig.savefig(paths["spectra"], dpi=110)
-    plt.close(fig)
+    fig.suptitle("Spectra of the binary C_ss and the Gaussian C_xx (cf. Fig. 4)", fontsize=10)
+    save_figure(fig, paths["spectra"])
 
     columns = 4
     rows = int(np.ceil(num_hidden / columns))
-    fig, axes = plt.subplots(rows, 2 * columns + 1, figsize=(2 * columns + 1.5, rows * 1.15 + 0.6),
-                             squeeze=False)
+    fig = empty_figure(figsize=(2 * columns + 1.0, rows * 1.2 + 0.9))
+    halves = fig.subfigures(1, 2, wspace=0.04)
+    halves[0].suptitle(f"The {num_hidden} leading eigenvectors of C_xx\n(title: eigenvalue; cf. "
+                       "Fig. 4 inset)", fontsize=8)
+    halves[1].suptitle("PCA of the binary images (title: variance,\n|cosine| with the same "
+                       "rank on the left)", fontsize=8)
+    grids = [half.subplots(rows, columns, squeeze=False) for half in halves]
     w = np.asarray(weights, np.float64)
     units = w / np.maximum(np.linalg.norm(w, axis=0, keepdims=True), 1e-300)
     components = np.asarray(pca.components_)
     for k in range(rows * columns):
         r, c = divmod(k, columns)
-        left, right = axes[r, c], axes[r, columns + 1 + c]
+        left, right = grids[0][r, c], grids[1][r, c]
         for ax in (left, right):
             ax.set_xticks([])
             ax.set_yticks([])
@@ -572,22 +575,15 @@ def _plot(paths, s, spec, weights, eigenvalues, pca, comparison, shown, num_hidd
                      vmax=limit)
         right.set_title(f"{pca.explained_variance_[k]:.2f} |cos| "
                         f"{comparison['same_rank_cosine'][k]:.2f}", fontsize=6)
-    for r in range(rows):
-        axes[r, columns].axis("off")
-    fig.suptitle(f"Left: the {num_hidden} leading eigenvectors of C_xx (title: eigenvalue; cf. "
-                 "Fig. 4 inset). Right: PCA of the binary images (title: variance, |cosine| "
-                 "with the same rank on the left)", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["eigenvectors"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["eigenvectors"])
 
     frames = shown["frames"]
     labels = (("clipped", "clipped model\n(morph)"), ("pca_pixels", "pixels\ninterpolated"),
               ("pca_coefficients", f"PCA-{num_hidden}\ncoefficients"),
               ("pca_thresholded", f"PCA-{num_hidden}\nthresholded"))
     steps = frames["clipped"].shape[0]
-    fig, axes = plt.subplots(len(labels), steps, figsize=(0.95 * steps + 1.0, 1.15 * len(labels)
-                                                          + 0.5))
+    fig, axes = new_figure(len(labels), steps, figsize=(0.95 * steps + 1.0, 1.15 * len(labels)
+                                                        + 0.8), squeeze=False)
     for r, (name, label) in enumerate(labels):
         nearest = shown["metrics"][name]["nearest"]
         for j in range(steps):
@@ -599,12 +595,10 @@ def _plot(paths, s, spec, weights, eigenvalues, pca, comparison, shown, num_hidd
             ax.set_title(f"{nearest[j]:.1f}", fontsize=6)
         axes[r, 0].set_ylabel(label, fontsize=7)
     i, j = shown["pair"]
-    fig.suptitle(f"Morph between twos {i} and {j} ({shown['distance']} pixels apart); title: "
+    fig.suptitle(f"Morph between twos {i} and {j} ({shown['distance']} pixels apart)\ntitle: "
                  "distance to the nearest training two (Hamming; squared / 4 for grey)",
-                 fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["morph"], dpi=110)
-    plt.close(fig)
+                 fontsize=9)
+    save_figure(fig, paths["morph"])
 
 
 def _print_spectra(spec, num_hidden):

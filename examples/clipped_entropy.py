@@ -1,4 +1,5 @@
 """How many patterns a clipped Gaussian generates: the entropy claim of Lee and Sompolinsky (1999).
+================================================================================================
 
 **The paper's claim.** Each unit's sign changes on the hyperplane x_a = W_a y = 0
 in the P-dimensional space of hidden causes; the N hyperplanes cut that space
@@ -87,6 +88,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.clipped_gaussian import generate
 
@@ -387,9 +389,10 @@ def _plot(path, counts, sizes, num_samples):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.3), sharey=True)
+    fig, axes = new_figure(1, 2, figsize=(11.0, 4.5), sharey=True)
     grid = np.unique(np.geomspace(sizes[0], sizes[-1], 60).astype(int))
     colors = {1: "tab:blue", 2: "tab:orange", 3: "tab:green"}
     for ax, variant in zip(axes, VARIANTS, strict=True):
@@ -406,14 +409,16 @@ def _plot(path, counts, sizes, num_samples):
             ax.loglog([r["N"] for r in rows], [r["sampled"] for r in rows], "x",
                       color=colors[p], label=f"P = {p}: sampled (slope {c['slope_sampled']:.2f})")
         ax.set_xlabel("N (units)")
-        ax.set_title(f"{variant}: asymptotic slope "
-                     f"{'P - 1' if variant == VARIANTS[0] else 'P'} (circles: exact cells)",
+        ax.set_xticks(list(sizes), [str(int(n)) for n in sizes])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(f"{variant}: asymptotic slope {'P - 1' if variant == VARIANTS[0] else 'P'}",
                      fontsize=9)
-        ax.legend(fontsize=7)
+        handles, _ = ax.get_legend_handles_labels()
+        handles.append(Line2D([], [], ls="", marker="o", fillstyle="none", color="0.3",
+                              label="exact count of the cells"))
+        ax.legend(handles=handles, fontsize=7)
     axes[0].set_ylabel(f"distinct patterns (sampled: of {num_samples})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

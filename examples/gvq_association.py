@@ -1,11 +1,12 @@
 """The association experiments of Westerdijk, Barber and Wiegerinck (2001), sec. 4.3: Fig. 4, 5.
+=============================================================================================
 
 Every association method of :data:`inference.association.core.METHODS` (BP, BR, MF,
 Gibbs, BR+MF and, when :mod:`inference.association.directed` provides them, DBR and DBP)
 against exhaustive search, on the paper's random problems (sec. 4.3; the model is
 ``ppl_models/gvq.py``). One trial is a fresh F, a planted state s* ~ Bernoulli(1/2) and one
 example x = s* @ F + eps, eps ~ N(0, 0.1) (variance 1/10, sec. 4.3.1). The
-error of a trial is the paper's E = (1/d) sum_a |x_a - (s @ F)_a| (not the
+error of a trial is the paper's ``E = (1/d) sum_a |x_a - (s @ F)_a|`` (not the
 squared energy the methods minimise); each point averages ``--trials`` trials
 (paper: 100).
 
@@ -61,6 +62,7 @@ import numpy as np
 
 from inference.association import core as association
 from inference.association.core import associate_energy
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models import gvq
 
@@ -436,12 +438,12 @@ def _plot(results, path):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     styles = {"exact": dict(color="k", lw=2), "bp": dict(ls=":"), "br": dict(ls="--"),
               "mf": dict(ls="-"), "dbr": dict(ls="-."), "dbp": dict(ls=(0, (5, 1, 1, 1, 1, 1))),
               "gibbs": dict(ls="-", alpha=0.6), "br+mf": dict(ls="--", alpha=0.6)}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    colours = {method: f"C{i}" for i, method in enumerate(METHOD_ORDER)}  # same in every panel
+    fig, axes = new_figure(1, 3, figsize=(15, 4.2))
     panels = (("fig4a", "k / n", "Fig. 4a: n = 12, d = 4, F ~ N(2, 1) on k parents"),
               ("fig4b", "d / n", "Fig. 4b: n = 15, fully connected, F ~ N(0, 1)"),
               ("fig5", "gamma", "Fig. 5: n = 10, d = 4, F ~ N(gamma, 1)"))
@@ -450,16 +452,18 @@ def _plot(results, path):
         xs = np.asarray(entry["x"])
         for method in ("exact", *entry["methods"]):
             cell = entry["summary"][method]
+            style = {"color": colours.get(method), **styles.get(method, {})}
             ax.errorbar(xs, cell["error"], yerr=cell["se"], label=method, capsize=2,
-                        marker=".", **styles.get(method, {}))
-        ax.axhline(NOISE_FLOOR, color="grey", lw=0.8, label="E|eps|")
+                        marker=".", **style)
+        ax.axhline(NOISE_FLOOR, color="grey", lw=0.8, label="noise floor E|eps|")
         ax.set_xlabel(x_name)
-        ax.set_ylabel("E = mean_a |x_a - (sF)_a|")
         ax.set_title(title, fontsize=9)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    axes[0].set_ylabel("E = mean_a |x_a - (sF)_a| (absolute, per unit)")
+    handles = {label: handle for ax in axes
+               for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8,
+               title="method")
+    save_figure(fig, path)
 
 
 def main(argv=None):

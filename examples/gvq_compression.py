@@ -1,4 +1,5 @@
 """Image compression, GVQ against VQ: Westerdijk, Barber and Wiegerinck (2001), sec. 6.2, 6.2.1.
+=============================================================================================
 
 The image is scikit-learn's bundled ``china.jpg`` (``sklearn.datasets.load_sample_image``,
 no network), converted to grey levels 0..255 with the ITU-R BT.601 luma weights
@@ -87,6 +88,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.gvq.constraints import associate_sets
 from inference.gvq.em import fit_gvq
@@ -338,10 +340,9 @@ def _plot(path_images, path_features, path_rd, image, main_vq, main_gvq, vq_runs
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.9))
+    fig, axes = new_figure(1, 3, figsize=(15, 4.2))
     panels = [(image, f"original, {image.shape[0]}x{image.shape[1]}, "
                       f"{image.size * GREY_BITS / 1e3:.0f} kbit"),
               (main_vq["image"], f"VQ, K = {main_vq['K']}: {main_vq['psnr']:.2f} dB, "
@@ -352,23 +353,20 @@ def _plot(path_images, path_features, path_rd, image, main_vq, main_gvq, vq_runs
         ax.imshow(picture, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
         ax.set_title(title, fontsize=9)
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path_images, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path_images)
 
     features = main_gvq["features"]
-    fig, axes = plt.subplots(1, len(features), figsize=(1.4 * len(features), 1.8))
-    for i, (ax, row) in enumerate(zip(np.atleast_1d(axes), features, strict=True)):
+    fig, axes = new_figure(1, len(features), figsize=(max(1.4 * len(features), 4.5), 2.1),
+                           squeeze=False)
+    for i, (ax, row) in enumerate(zip(axes[0], features, strict=True)):
         ax.imshow(row.reshape(SEGMENT, SEGMENT), cmap="gray", interpolation="nearest")
         ax.set_title("origin" if i == len(features) - 1 else f"f{i + 1}", fontsize=8)
         ax.axis("off")
-    fig.suptitle("GVQ features (cf. paper Fig. 11; each tile scaled to its own range)",
+    fig.suptitle("GVQ features (cf. paper Fig. 11)\neach tile scaled to its own range",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path_features, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path_features)
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = new_figure(figsize=(7, 4.5))
     for runs, name, label_of, style in (
             (vq_runs, "VQ", lambda r: f"K={r['K']}", dict(marker="o", color="C0")),
             (gvq_runs, "GVQ", lambda r: f"n={r['n']}", dict(marker="s", color="C3"))):
@@ -391,9 +389,7 @@ def _plot(path_images, path_features, path_rd, image, main_vq, main_gvq, vq_runs
     ax.set_title("china.jpg, 16x16 segments: PSNR against bits", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path_rd, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path_rd)
 
 
 def main(argv=None):

@@ -1,4 +1,5 @@
 """Handwritten 3s and 5s, binary feature sets: Westerdijk, Barber and Wiegerinck (2001), sec. 6.1.
+===============================================================================================
 
 **Data.** The paper fits 400 randomly chosen 20 x 20 binary images of
 handwritten 3s and 5s from the CEDAR CD-ROM (Hull, 1994). That database is not
@@ -87,6 +88,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.gvq.constraints import associate_sets
 from inference.gvq.em import fit_gvq
@@ -380,14 +382,14 @@ def _plot(paths, x, labels, fit, rows, combos, order):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     features = 1.0 / (1.0 + np.exp(-fit["features"]))  # sigmoid(F_hat), the shown features
     blocks = features.reshape(NUM_SETS, FEATURES_PER_SET, SIDE, SIDE)
     by_group = {r["group"]: r for r in rows}
 
-    fig, axes = plt.subplots(NUM_SETS, FEATURES_PER_SET, figsize=(1.5 * FEATURES_PER_SET + 1.2,
-                                                                  1.5 * NUM_SETS + 0.6))
+    fig, axes = new_figure(NUM_SETS, FEATURES_PER_SET, figsize=(1.5 * FEATURES_PER_SET + 1.2,
+                                                                1.5 * NUM_SETS + 0.6),
+                           squeeze=False)
     for row_index, g in enumerate(order):
         r = by_group[g]
         for j in range(FEATURES_PER_SET):
@@ -402,15 +404,13 @@ def _plot(paths, x, labels, fit, rows, combos, order):
                                                               if r["count"] else ""))
         axes[row_index, 0].set_ylabel(label, fontsize=7)
     fig.suptitle("GVQ features sigmoid(F_hat), one row per set (cf. paper Fig. 8)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(paths["features"], dpi=110)
-    plt.close(fig)
+    save_figure(fig, paths["features"])
 
     shown = combos[:NUM_SHOWN]
     per_group = {g: [c for c in shown if c["set"] == g] for g in order}
     columns = max(1, max(len(v) for v in per_group.values()))
-    fig, axes = plt.subplots(NUM_SETS, columns, figsize=(0.95 * columns + 1.0, 1.35 * NUM_SETS),
-                             squeeze=False)
+    fig, axes = new_figure(NUM_SETS, columns, figsize=(0.95 * columns + 1.0,
+                                                       1.35 * NUM_SETS + 0.4), squeeze=False)
     for row_index, g in enumerate(order):
         for j in range(columns):
             ax = axes[row_index, j]
@@ -426,15 +426,13 @@ def _plot(paths, x, labels, fit, rows, combos, order):
             ax.set_title(f"{c['count']}: {c['threes']}|{c['fives']}", fontsize=6)
         axes[row_index, 0].set_ylabel(f"set {g}", fontsize=7)
     covered = sum(c["count"] for c in shown)
-    fig.suptitle(f"The {len(shown)} most used codebook vectors by set (cf. Fig. 9); title: "
-                 f"uses: 3s|5s; they cover {covered} of {x.shape[0]} digits", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths["codebook"], dpi=110)
-    plt.close(fig)
+    fig.suptitle(f"The {len(shown)} most used codebook vectors by set (cf. Fig. 9)\ntitle: "
+                 f"uses: 3s|5s; they cover {covered} of {x.shape[0]} digits", fontsize=9)
+    save_figure(fig, paths["codebook"])
 
     num = 12
     picks = np.linspace(0, x.shape[0] - 1, num).astype(int)
-    fig, axes = plt.subplots(2, num, figsize=(0.9 * num, 2.2))
+    fig, axes = new_figure(2, num, figsize=(0.9 * num, 2.5))
     for j, i in enumerate(picks):
         for row, image in enumerate((x[i], fit["recon"][i])):
             axes[row, j].imshow(image.reshape(SIDE, SIDE), cmap="gray_r", vmin=0.0, vmax=1.0)
@@ -443,9 +441,8 @@ def _plot(paths, x, labels, fit, rows, combos, order):
         axes[0, j].set_title(f"{labels[i]}, set {fit['sets'][i]}", fontsize=6)
     axes[0, 0].set_ylabel("image", fontsize=7)
     axes[1, 0].set_ylabel("recon.", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(paths["reconstructions"], dpi=110)
-    plt.close(fig)
+    fig.suptitle("Digits and their GVQ reconstructions (title: digit, set)", fontsize=9)
+    save_figure(fig, paths["reconstructions"])
 
 
 def main(argv=None):

@@ -1,4 +1,5 @@
 """MCVQ on face images, parts and reconstruction error against PCA, NMF, VQ: Ross and Zemel (2003).
+================================================================================================
 
 **Data** (``ppl_models.datasets.faces``): the paper's CBCL faces (19 x 19,
 1800 training / 629 test images) are not available offline; we use the 100
@@ -63,6 +64,7 @@ import jax
 import numpy as np
 
 import inference
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.gvq import description_length as dl
 from inference.mcvq.em import infer_states, reconstruct
@@ -224,11 +226,11 @@ def _plot(path, x_test, decoded, result, m, matched):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     g, mu = np.asarray(result.g), np.asarray(result.mu)
     columns = 2 + NUM_VQS + len(matched)
-    fig, axes = plt.subplots(len(SHOWN) + 1, columns, figsize=(1.3 * columns, 4.6))
+    fig, axes = new_figure(len(SHOWN) + 1, columns, figsize=(1.3 * columns, 5.0),
+                           squeeze=False)
     for axis in axes.ravel():
         axis.set_axis_off()
     for row, index in enumerate(SHOWN):
@@ -246,9 +248,9 @@ def _plot(path, x_test, decoded, result, m, matched):
     axes[-1, 0].set_axis_on()
     _show(axes[-1, 0], np.argmax(g, axis=1), "argmax_k g", cmap="tab10", vmin=0, vmax=9)
     fig.suptitle("MCVQ (6 VQs x 12 states) on scikit-image's LFW faces: reconstruction and the "
-                 "parts that make it (g_dk mu_dkj of each VQ's most active state)", fontsize=8)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                 "parts that make it\n(g_dk mu_dkj of each VQ's most active state; light blue: "
+                 "outside the VQ's pixels)", fontsize=9)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Collaborative filtering with MCVQ on MovieLens ratings: Ross and Zemel (2003), sec. 5.2.
+========================================================================================
 
 Each user is one example, each movie one dimension; a movie the user did not
 rate is a missing entry (``mask`` False) that drops out of inference and learning
@@ -110,6 +111,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import inference
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.datasets import ratings as ratings_data
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -462,30 +464,27 @@ def _plot(results, out):
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
         print('matplotlib is not installed (pip install -e ".[examples]"): no figure')
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = new_figure(1, 3, figsize=(15, 5.0), width_ratios=[1.3, 1.0, 1.0])
     counts = results["observed_counts"]
     for name in results["methods"]:
         axes[0].plot(counts, [results["mae"][n][name] for n in counts], "o-", label=name)
     axes[0].set_xlabel("observed ratings per test user")
-    axes[0].set_ylabel("mean absolute error (0.5-5 scale)")
+    axes[0].set_ylabel("mean absolute error (stars, 0.5-5 scale)")
     axes[0].set_title("held-out MAE (cf. the paper's Fig. 6)")
-    axes[0].legend(fontsize=8)
+    axes[0].set_xticks(counts)
+    axes[0].legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     axes[1].plot(results["mcvq"]["free_energy_trace"])
     axes[1].set_xlabel("EM iteration")
-    axes[1].set_ylabel("free energy F_T")
+    axes[1].set_ylabel("free energy F_T (nats)")
     axes[1].set_title("MCVQ training")
     axes[2].plot(results["aspect"]["log_likelihood_trace"])
     axes[2].set_xlabel("EM iteration")
-    axes[2].set_ylabel("log-likelihood")
+    axes[2].set_ylabel("log-likelihood (nats)")
     axes[2].set_title("aspect model training")
-    fig.tight_layout()
-    path = out / "mcvq_ratings.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = save_figure(fig, out / "mcvq_ratings.png")
     print(f"wrote {path}")
 
 

@@ -1,4 +1,5 @@
 """How often does each criterion find the true number and size of MCVQ's VQs?
+==========================================================================
 
 The "Current directions" of the MCVQ slides (Ross and Zemel (2002): VB MCVQ, model
 selection) and the paper's closing call for a Bayesian choice of the number of VQs
@@ -80,6 +81,7 @@ import jax
 import numpy as np
 
 from inference.app.selection import model_selection
+from inference.engine.figures import empty_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.datasets import causes
 from ppl_models.diagnostics import ZooWarning
@@ -342,14 +344,13 @@ def _plot(path, summaries, trace, shown):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     data, g, num_states, _ = shown
     rows = list(CRITERIA) + ["vb (pruned, raw VQs)", "vb (pruned, causes)"]
     names = list(summaries)
-    fig = plt.figure(figsize=(13, 7.5))
+    fig = empty_figure(figsize=(13, 7.5))
     outer = fig.add_gridspec(2, 1, height_ratios=(1.4, 1))
-    upper = outer[0].subgridspec(1, 3, wspace=0.3)
+    upper = outer[0].subgridspec(1, 3)
     lower = outer[1].subgridspec(1, g.shape[1])
     axis = fig.add_subplot(upper[0])
     width = 0.8 / len(names)
@@ -359,17 +360,19 @@ def _plot(path, summaries, trace, shown):
                  width, label=f"{n} ({s['seeds']} seeds)")
     axis.set_xticks(np.arange(len(rows)) + 0.4 - width / 2)
     axis.set_xticklabels([r.replace("vb (pruned, ", "pruned\n(") for r in rows], fontsize=7,
-                         rotation=45)
+                         rotation=45, ha="right", rotation_mode="anchor")
+    axis.set_xlabel("criterion")
     axis.set_ylabel("fraction of seeds choosing the true K")
     axis.set_ylim(0, 1.05)
-    axis.legend(fontsize=6)
+    axis.set_title("how often each criterion finds the true K", fontsize=8)
+    axis.legend(fontsize=7)
     axis = fig.add_subplot(upper[1])
     its = np.arange(1, len(trace["num_vqs"]) + 1)
     axis.step(its, trace["num_vqs"], where="post", label="active VQs")
     axis.step(its, trace["causes"], where="post", label="causes (VQs with > 1 state)")
     axis.axhline(3, color="gray", ls=":", label="true K = 3")
     axis.set_xlabel("iteration")
-    axis.set_ylabel("count")
+    axis.set_ylabel("number of VQs")
     axis.set_ylim(0, OVER_COMPLETE[0] + 0.5)
     axis.legend(fontsize=7)
     axis.set_title(f"VB from K = {OVER_COMPLETE[0]}, J = {OVER_COMPLETE[1]} (K=3, J=9, seed 0)",
@@ -385,10 +388,9 @@ def _plot(path, summaries, trace, shown):
         axis.set_xticks([])
         axis.set_yticks([])
         axis.set_title(f"g, VQ {k + 1} ({num_states[k]} states)", fontsize=7)
-    fig.suptitle("MCVQ model selection on shapes with known K causes and J positions", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.suptitle("MCVQ model selection on shapes with known K causes and J positions",
+                 fontsize=10)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """MCVQ on the shapes images against PCA, NMF and VQ: Ross and Zemel (2003), sec. 5.1.
+===================================================================================
 
 **Data** (``ppl_models.datasets.shapes``): 11 x 11 images, a box, a triangle
 and a cross at fixed columns and independent uniform vertical offsets (0..8),
@@ -89,6 +90,7 @@ import jax
 import numpy as np
 
 import inference
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.gvq import description_length as dl
 from inference.mcvq.em import infer_states, reconstruct
@@ -323,10 +325,9 @@ def _plot_parts(path, x_train, result, near_image, near_recon, baseline_recons, 
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     g, mu = np.asarray(result.g), np.asarray(result.mu)
-    fig, axes = plt.subplots(6, 8, figsize=(10, 8))
+    fig, axes = new_figure(5, 8, figsize=(10, 7))
     for axis in axes.ravel():
         axis.set_axis_off()
     for i in range(8):  # Fig. 2a: training images
@@ -354,19 +355,17 @@ def _plot_parts(path, x_train, result, near_image, near_recon, baseline_recons, 
     for i, (image, title) in enumerate(row):  # Fig. 2c / 3d
         axes[4, i].set_axis_on()
         _show(axes[4, i], image, title)
-    fig.suptitle("MCVQ on shapes: training images, gated states g_dk mu_dkj per VQ, "
-                 "and the unseen all-near-the-top image", fontsize=9)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.suptitle("MCVQ on shapes: training images, gated states g_dk mu_dkj per VQ,\n"
+                 "and the unseen all-near-the-top image with its reconstructions", fontsize=10)
+    save_figure(fig, path)
 
 
 def _plot_rms(path, curves, mcvq_row, matched):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axis = plt.subplots(figsize=(6, 4))
+    fig, axis = new_figure(figsize=(6, 4))
     for method, rows in curves.items():
         axis.plot([r["bits"] for r in rows], [r["rms"] for r in rows], "o-", ms=3,
                   label=method.upper())
@@ -376,11 +375,10 @@ def _plot_rms(path, curves, mcvq_row, matched):
     axis.axvline(PAPER_BITS, color="grey", lw=0.5, ls="--", label="paper's 5.9e3 bits")
     axis.set_xscale("log")
     axis.set_xlabel("description length (bits)")
-    axis.set_ylabel("test RMS")
+    axis.set_ylabel("test RMS error (pixel values in [-1, 1])")
+    axis.plot([], [], "ks", mfc="none", label="baseline at MCVQ's description length")
     axis.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """MCVQ on bag-of-words text, vocabulary segments and words: Ross and Zemel (2003), sec. 5.3.
+==========================================================================================
 
 **Data.** The paper used the NIPS proceedings (1,740 papers, 14,265 words); here
 gensim's bundled Lee background corpus, 300 short news articles
@@ -65,6 +66,7 @@ import jax
 import numpy as np
 
 import inference
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from ppl_models.datasets import text
 from ppl_models.diagnostics import ConvergenceWarning
@@ -204,24 +206,24 @@ def _plot(g, results, out):
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         print('matplotlib is not installed (pip install -e ".[examples]"): no figure')
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    fig, axes = new_figure(1, 2, figsize=(12, 4), width_ratios=[1.3, 1.0])
     order = np.lexsort((-g.max(axis=1), np.argmax(g, axis=1)))
-    axes[0].imshow(g[order].T, aspect="auto", interpolation="nearest", cmap="viridis")
-    axes[0].set_xlabel("word (sorted by segment)")
+    image = axes[0].imshow(g[order].T, aspect="auto", interpolation="nearest", cmap="viridis",
+                           vmin=0.0, vmax=1.0)
+    axes[0].set_xlabel("word d (sorted by segment)")
     axes[0].set_ylabel("VQ k")
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_title("g_dk: the segmentation of the vocabulary")
+    fig.colorbar(image, ax=axes[0], label="g_dk = Q(r_d = k)")
     axes[1].plot(results["free_energy_trace"])
     axes[1].set_xlabel("EM iteration")
-    axes[1].set_ylabel("free energy F_T")
+    axes[1].set_ylabel("free energy F_T (nats)")
     axes[1].set_title("training (T annealed to 1)")
-    fig.tight_layout()
-    path = out / "mcvq_text.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = save_figure(fig, out / "mcvq_text.png")
     print(f"wrote {path}")
 
 

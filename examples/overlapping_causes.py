@@ -1,4 +1,5 @@
 """Overlapping causes: does MCVQ's g stay binary where two causes share a pixel?
+=============================================================================
 
 The MCVQ slides of Ross and Zemel (2002), "Overlapping Causes", report that with
 the current MCVQ "g_ik's [are] always binary", that one "would like non-binary
@@ -86,6 +87,7 @@ import jax
 import numpy as np
 
 import inference
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.mcvq.em import infer_states, likelihood_terms, reconstruct
 from ppl_models.datasets import causes
@@ -434,13 +436,12 @@ def _plot(path, panels):
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
     num_vqs = max(np.shape(g)[1] for _, _, g, _ in panels)
     columns = num_vqs + 3
-    fig, axes = plt.subplots(len(panels), columns, figsize=(1.6 * columns, 1.8 * len(panels)),
-                             squeeze=False)
+    fig, axes = new_figure(len(panels), columns, figsize=(1.6 * columns, 1.8 * len(panels) + 0.4),
+                           squeeze=False)
     for axis in axes.ravel():
         axis.set_axis_off()
     for row, (name, data, g, labels) in enumerate(panels):
@@ -462,12 +463,10 @@ def _plot(path, panels):
                 axis.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="red", lw=0.6))
             axis.set_xticks([])
             axis.set_yticks([])
-            axis.set_title(title, fontsize=6)
+            axis.set_title(title, fontsize=7)
     fig.suptitle("Overlapping causes: g of every VQ (white = 1), shared pixels outlined in red",
-                 fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                 fontsize=10)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """How often does each rule find the true number of clusters? Xu (1995), sec. 5-6.
+===============================================================================
 
 A study over data seeds: every seed draws a planted Gaussian mixture from the
 program (``ppl_models.mixture.generate``) with a known k between 2 and 8, a
@@ -83,6 +84,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import jsonable
 from inference.mixture.em import fit_mixture
 from inference.mixture.online import fit_online
@@ -313,11 +315,11 @@ def _plot(rows, rules, traces, out):
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         print('matplotlib is not installed (pip install -e ".[examples]"): no figure')
         return
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = new_figure(1, 3, figsize=(16, 5.2))
     true_k = np.array([r["true_k"] for r in rows])
     jitter = np.linspace(-0.3, 0.3, len(rules))
     for i, (offset, rule) in enumerate(zip(jitter, rules, strict=True)):
@@ -327,15 +329,17 @@ def _plot(rows, rules, traces, out):
                         marker="o^s"[i // 10 % 3])
     span = [true_k.min() - 0.5, true_k.max() + 0.5]
     axes[0].plot(span, span, "k--", lw=1)
-    axes[0].set_xlabel("true k")
+    axes[0].set_xlabel("true k (jittered by rule)")
     axes[0].set_ylabel("estimated k")
     axes[0].set_title("estimates per seed (dashed: correct)")
-    axes[0].legend(fontsize=7)
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].legend(fontsize=7, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.15))
     hits = [np.mean([r["found"][rule] == r["true_k"] for r in rows]) for rule in rules]
     axes[1].barh(range(len(rules)), hits)
     axes[1].set_yticks(range(len(rules)), rules, fontsize=8)
     axes[1].set_xlim(0, 1)
-    axes[1].set_xlabel("hit rate")
+    axes[1].set_xlabel("hit rate (fraction of seeds)")
     axes[1].set_title("how often the true k is found")
     for name, trace in traces.items():
         axes[2].step(np.arange(1, len(trace) + 1), trace, where="post", label=name)
@@ -344,11 +348,9 @@ def _plot(rows, rules, traces, out):
     axes[2].set_xlabel("iteration")
     axes[2].set_ylabel("surviving components")
     axes[2].set_title("pruning trace, seed 0")
+    axes[2].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[2].legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "yingyang_selection.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = save_figure(fig, out / "yingyang_selection.png")
     print(f"wrote {path}")
 
 

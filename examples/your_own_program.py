@@ -1,4 +1,5 @@
 """Your own program: the association methods and the sigma -> 0 EM on programs a user writes.
+==========================================================================================
 
 Three variants of the generative vector quantiser of M. Westerdijk, D. Barber and
 W. Wiegerinck ("Deterministic generative models for fast feature discovery", Data
@@ -44,6 +45,7 @@ from numpyro import handlers
 
 from inference import fit_gvq, fit_map_em, map_states, numpyro_map_states
 from inference.association.base import METHODS
+from inference.engine.figures import new_figure, save_figure
 
 NUM_UNITS, DIM = 5, 8
 #: An Ising coupling between neighbouring units (a chain), in nats.
@@ -165,24 +167,22 @@ def learn(name, model, data, params, noise, rng_key, restarts):
 
 
 def figure(rows, path):
-    import matplotlib.pyplot as plt
-
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, axes = plt.subplots(1, len(variants), figsize=(4 * len(variants), 3.2), sharey=True)
-    for ax, variant in zip(np.atleast_1d(axes), variants, strict=True):
+    fig, axes = new_figure(1, len(variants), figsize=(3.6 * len(variants) + 0.6, 3.6),
+                           sharey=True, squeeze=False)
+    for ax, variant in zip(axes[0], variants, strict=True):
         mine = [r for r in rows if r["variant"] == variant]
         heights = [r.get("agreement", 0.0) for r in mine]
         colours = ["tab:blue" if "error" not in r else "lightgrey" for r in mine]
         ax.bar(range(len(mine)), heights, color=colours)
-        ax.set_xticks(range(len(mine)), [r["method"] for r in mine], rotation=60, fontsize=8)
+        ax.set_xticks(range(len(mine)), [r["method"] for r in mine], rotation=90, fontsize=8)
         ax.set_title(variant, fontsize=10)
+        ax.set_xlabel("association method")
         for i, r in enumerate(mine):
             if "error" in r:
                 ax.text(i, 0.02, "n/a", ha="center", fontsize=7, rotation=90)
-    np.atleast_1d(axes)[0].set_ylabel("share of examples at exact's energy")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    axes[0, 0].set_ylabel("share of examples at exact's energy")
+    save_figure(fig, path)
 
 
 def main(argv=None):

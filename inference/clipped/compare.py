@@ -46,6 +46,7 @@ from inference.clipped.fit import (
     moment_error,
     program_parameters,
 )
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from ppl_models import clipped_gaussian
 
@@ -154,19 +155,19 @@ def compare_clipped(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
 def plot_clipped(result: ComparisonResult, path) -> None:
     """Predicted against held-out <s_a s_b>, one panel per learner."""
-    import matplotlib.pyplot as plt
-
     keys = [k for k in ("arcsine", "svi", "nuts", "planted") if k in result.arrays]
     titles = {"arcsine": "arcsine (ours)", "svi": "SVI (NumPyro)",
               "nuts": "NUTS (NumPyro, subset)", "planted": "planted program"}
     heldout = result.arrays["heldout"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
+    fig, axes = new_figure(1, len(keys), figsize=(2.9 * len(keys) + 1.6, 3.3), squeeze=False,
+                           sharex=True, sharey=True)
     for ax, key in zip(axes[0], keys, strict=True):
-        ax.plot([-1, 1], [-1, 1], color="0.7", lw=1)
-        ax.scatter(heldout, result.arrays[key], s=6)
+        ax.plot([-1, 1], [-1, 1], color="0.6", lw=1, label="predicted = held-out")
+        ax.scatter(heldout, result.arrays[key], s=6, label="one pair (a, b)")
         ax.set_title(titles[key])
         ax.set_xlabel("held-out <s_a s_b>")
+        ax.set_aspect("equal")
     axes[0, 0].set_ylabel("predicted <s_a s_b>")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    fig.suptitle("Pair moments of held-out binary patterns: predicted against observed")
+    save_figure(fig, path)

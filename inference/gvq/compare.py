@@ -22,6 +22,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference.association.core import associate
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import fit_gvq_svi, map_associate
 from inference.gvq.em import fit_gvq, initial_features, match_features
@@ -97,20 +98,22 @@ def compare_gvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
 def plot_gvq(result: ComparisonResult, path) -> None:
     """Planted features and those learned by EM and SVI (matched), as heat maps."""
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = [("planted", "planted F")]
     panels += [(k, label) for k, label in (("em", "EM (ours)"), ("svi", "SVI (NumPyro)"))
                if k in result.arrays]
     vmax = max(float(np.abs(result.arrays[k]).max()) for k, _ in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
+    fig, axes = new_figure(1, len(panels), figsize=(3.6 * len(panels) + 0.8, 3.2), squeeze=False,
+                           sharey=True)
     for ax, (key, label) in zip(axes[0], panels, strict=True):
         image = ax.imshow(result.arrays[key], cmap="RdBu_r", vmin=-vmax, vmax=vmax,
                           aspect="auto", interpolation="nearest")
         ax.set_title(label)
-        ax.set_xlabel("dimension")
-        ax.set_ylabel("feature")
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
-    fig.suptitle("GVQ: planted vs learned features (rows matched to the planted ones)")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        ax.set_xlabel("dimension d")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("feature k (matched to planted)")
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9, label="feature value F_kd")
+    fig.suptitle("GVQ: planted and learned features")
+    save_figure(fig, path)

@@ -56,6 +56,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from inference.association.core import associate
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.gvq.baselines import fit_gvq_mcmc, fit_gvq_svi
 from inference.gvq.em import fit_gvq, initial_features, match_features
@@ -191,24 +192,34 @@ def compare_gvq_learning(rng_key, *, quick: bool = False, progress_bar: bool = T
 
 def plot_gvq_learning(result: ComparisonResult, path) -> None:
     """Bar charts: each learner's relative error gap to the planted features, and warm time."""
-    import matplotlib.pyplot as plt
+    import textwrap
+
+    from matplotlib.patches import Patch
 
     rows = [row for row in result.rows if row.implementation != "reference"]
-    labels = [f"{row.algorithm} ({row.implementation})" for row in rows]
+    labels = [textwrap.fill(f"{row.algorithm} ({row.implementation})", 36) for row in rows]
     colours = ["tab:blue" if row.implementation == "ours" else "tab:orange" for row in rows]
     where = np.arange(len(rows))
-    fig, (ax_gap, ax_time) = plt.subplots(1, 2, figsize=(12, 0.5 * len(rows) + 1.8))
-    ax_gap.barh(where, [100 * row.extra["gap_to_planted"] for row in rows], color=colours)
+    fig, (ax_gap, ax_time) = new_figure(1, 2, figsize=(11, 0.55 * len(rows) + 2.2),
+                                        sharey=True)
+    gaps = [100 * row.extra["gap_to_planted"] for row in rows]
+    ax_gap.barh(where, gaps, color=colours)
+    for i, gap in enumerate(gaps):
+        ax_gap.text(max(gap, 0.0), i, f" {gap:.3g}", va="center", fontsize=7)
+    ax_gap.set_xlim(min(0.0, *gaps), 1.15 * max(0.0, *gaps) + 1e-9)
     ax_gap.axvline(0.0, color="k", lw=0.8)
     ax_gap.set_yticks(where, labels, fontsize=8)
     ax_gap.invert_yaxis()
-    ax_gap.set_xlabel("error relative to the planted features, % (exact re-association)")
+    ax_gap.set_xlabel("excess error over the planted features (%)")
+    ax_gap.set_title("mean ||x - sF||^2 (exact re-association) relative to planted F",
+                     fontsize=9)
     ax_time.barh(where, [row.time_s for row in rows], color=colours)
     ax_time.set_xscale("log")
-    ax_time.set_yticks(where, [""] * len(rows))
-    ax_time.invert_yaxis()
-    ax_time.set_xlabel("warm time, s (log scale)")
-    fig.suptitle("GVQ learning on planted data: EM (ours, blue) and NumPyro SVI / NUTS (orange)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    ax_time.tick_params(axis="y", labelleft=False)
+    ax_time.set_xlabel("warm time (s, log scale)")
+    ax_time.set_title("time of a warm call", fontsize=9)
+    fig.legend(handles=[Patch(color="tab:blue", label="ours (EM)"),
+                        Patch(color="tab:orange", label="NumPyro (SVI, NUTS)")],
+               loc="outside lower center", ncols=2, fontsize=8)
+    fig.suptitle("GVQ learning on planted data")
+    save_figure(fig, path)

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.mcvq.baselines import (
     fit_mcvq_meanfield_svi,
@@ -130,11 +131,11 @@ def compare_mcvq(rng_key, *, quick: bool = False, progress_bar: bool = True,
 
 def plot_mcvq(result: ComparisonResult, path) -> None:
     """Objective traces of every learner, and the g (D x K) each ends with."""
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     keys = [k for k in _TITLES if k in result.arrays]
-    fig, axes = plt.subplots(1, 1 + len(keys), figsize=(3.6 + 1.6 * len(keys), 3.4),
-                             gridspec_kw={"width_ratios": [3.0] + [1.0] * len(keys)})
+    fig, axes = new_figure(1, 1 + len(keys), figsize=(4.6 + 1.5 * len(keys), 3.8),
+                           width_ratios=[3.0] + [1.0] * len(keys))
     labels = {"em": "EM: -F_T / N", "em_n": "EM (T = N): -F_N / N",
               "svi": "SVI enum: log-lik / N", "svi_meanfield": "SVI mean-field: -F_N / N"}
     for key in keys:
@@ -143,18 +144,19 @@ def plot_mcvq(result: ComparisonResult, path) -> None:
             axes[0].plot(np.arange(1, trace.size + 1), trace, label=labels[key])
     axes[0].set_xscale("log")
     axes[0].set_xlabel("iteration / step")
-    axes[0].set_ylabel("nats per example")
+    axes[0].set_ylabel("objective (nats per example)")
     low = max(np.percentile(np.concatenate([result.arrays[k]["trace"] for k in keys]), 5),
               -1e4)
     axes[0].set_ylim(bottom=low)
     axes[0].legend(fontsize=7)
+    axes[0].set_title("objective per iteration", fontsize=9)
     for ax, key in zip(axes[1:], keys, strict=True):
-        ax.imshow(result.arrays[key]["g"], aspect="auto", vmin=0, vmax=1, cmap="Greys")
+        image = ax.imshow(result.arrays[key]["g"], aspect="auto", vmin=0, vmax=1, cmap="Greys")
         ax.set_title(_TITLES[key], fontsize=8)
         ax.set_xlabel("VQ k")
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
         ax.set_yticks([])
     axes[1].set_ylabel("dimension d")
-    fig.suptitle("MCVQ: objective per iteration; g = Q(r_d = k) at the end", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.colorbar(image, ax=axes[1:].tolist(), shrink=0.8, label="g_dk = Q(r_d = k)")
+    fig.suptitle("MCVQ: objective per iteration and the final ownership g of every learner")
+    save_figure(fig, path)

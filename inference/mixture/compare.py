@@ -39,6 +39,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.mixture.baselines import (
     fit_mixture_mcmc,
@@ -145,13 +146,15 @@ def _ellipse(mean, cov, radius=2.0, num=100):
 
 def plot_mixture(result: ComparisonResult, path) -> None:
     """The learning data with every learner's components (2-sd ellipses; first two coordinates)."""
-    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     keys = [k for k in _TITLES if k in result.arrays]
     x = result.arrays["x"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.0 * len(keys), 3.2), squeeze=False,
-                             sharex=True, sharey=True)
-    for ax, key in zip(axes[0], keys, strict=True):
+    columns = min(len(keys), 3)
+    rows = -(-len(keys) // columns)
+    fig, axes = new_figure(rows, columns, figsize=(3.3 * columns + 0.4, 3.0 * rows + 0.9),
+                           squeeze=False, sharex=True, sharey=True)
+    for ax, key in zip(axes.flat, keys, strict=False):
         weights, means, covariances = result.arrays[key]
         ax.scatter(x[:, 0], x[:, 1], s=3, color="0.6")
         for weight, mean, cov in zip(weights, means, covariances, strict=True):
@@ -159,7 +162,16 @@ def plot_mixture(result: ComparisonResult, path) -> None:
             ax.plot(points[0], points[1], lw=1.0 + 4.0 * float(weight))
             ax.plot(mean[0], mean[1], "k+", ms=6)
         ax.set_title(_TITLES[key], fontsize=9)
-    fig.suptitle("fitted components (2-sd ellipses, line width ~ weight)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("x_2")
+    for ax in axes[-1]:
+        ax.set_xlabel("x_1")
+    handles = [Line2D([], [], ls="", marker=".", color="0.6", label="learning data"),
+               Line2D([], [], color="C0", lw=2.0, label="2-sd ellipse of a component\n"
+                      "(line width ~ its weight)"),
+               Line2D([], [], ls="", marker="+", color="k", label="component mean")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    fig.suptitle("Fitted mixture components (first two coordinates)")
+    save_figure(fig, path)

@@ -32,6 +32,7 @@ from numpyro.infer.util import log_density
 from scipy.linalg import subspace_angles
 from tqdm.auto import tqdm
 
+from inference.engine.figures import new_figure, save_figure
 from inference.engine.reporting import ComparisonResult, ComparisonRow, timed
 from inference.ppca.baselines import fit_ppca_mcmc, fit_ppca_svi
 from inference.ppca.em import fit_ppca
@@ -144,21 +145,31 @@ def compare_ppca(rng_key, *, quick: bool = False, progress_bar: bool = True,
 def plot_ppca(result: ComparisonResult, path) -> None:
     """Left: the sample covariance's eigenvalues with each learner's sigma^2; right: the
     largest angle of each learner's subspace to the planted one (NUTS: on its subset)."""
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5), layout="constrained")
+    fig, (left, right) = new_figure(1, 2, figsize=(11, 4.8), width_ratios=[1.0, 1.1])
     eigenvalues = result.arrays["eigenvalues"]
     left.semilogy(np.arange(1, len(eigenvalues) + 1), eigenvalues, "o-", color="0.3",
-                  label="sample covariance")
-    for name, value in result.arrays["sigma2"].items():
+                  label="eigenvalues of the sample covariance")
+    sigma2 = result.arrays["sigma2"]
+    angles = result.arrays["angles_deg"]
+    # Both dicts hold one entry per learner in the table's order: one colour per learner.
+    names = list(sigma2) if len(sigma2) == len(angles) else list(angles)
+    colours = [f"C{i % 10}" for i in range(len(names))]
+    styles = ("--", "-.", ":", (0, (5, 2, 1, 2)))
+    for i, (name, value) in enumerate(sigma2.items()):
         if value > 0:
-            left.axhline(value, lw=1, ls="--", label=f"sigma^2: {name[:24]}")
-    left.set_xlabel("eigenvalue index")
-    left.set_ylabel("eigenvalue / sigma^2")
-    left.legend(fontsize=6)
-    names = list(result.arrays["angles_deg"])
-    right.bar(names, [result.arrays["angles_deg"][n] for n in names])
-    right.set_xlabel("learner")
-    right.set_ylabel("largest angle to planted subspace (deg)")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+            left.axhline(value, lw=1.2, ls=styles[i % len(styles)], color=colours[i],
+                         label=f"sigma^2: {name}")
+    left.set_xlabel("index of the eigenvalue (largest first)")
+    left.set_ylabel("variance (data units squared)")
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set_title("spectrum and each learner's noise variance", fontsize=10)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    where = np.arange(len(names))
+    right.barh(where, [angles[key] for key in angles], color=colours)
+    right.set_yticks(where, names, fontsize=8)
+    right.invert_yaxis()
+    right.set_xlabel("largest angle to the planted subspace (degrees)")
+    right.set_title("subspace recovered (NUTS: on its subset)", fontsize=10)
+    save_figure(fig, path)
