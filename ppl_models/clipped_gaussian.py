@@ -14,7 +14,7 @@ deterministic clip s = sign(W y + xi) is its sigma -> 0 limit, reached through
 the noise handlers: ``inference.program.handlers.noiseless`` turns the site into
 ``NoiselessClip`` (sampling returns sign(W y + xi)) and ``observation_noise``
 sets sigma. The paper has no noise and unit-variance x (C_xx has unit
-diagonal); with noise the variance of x_a is |W_a|^2 + sigma^2.
+diagonal); with noise the variance of x_a is ``|W_a|^2 + sigma^2``.
 
 Parameters: the weights ``W`` (N, P) and biases ``xi`` (N,) are fixed when passed
 (``weights=``, ``bias=``) and otherwise sample sites with priors
@@ -41,6 +41,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 
 from ppl_models.distributions import ClippedNormal
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import check_positive_int, check_rng_key, is_traced
 
@@ -207,14 +208,22 @@ INFO = register(
             "W": "(N, P) weights; a latent site only when weights=None",
             "xi": "(N,) biases; a latent site only when bias=None",
         },
-        algorithms=("fit_clipped_gaussian", "clipped_gaussian.infer_hidden",
-                    "clipped_gaussian.morph", "numpyro_baselines.fit_clipped_svi",
-                    "numpyro_baselines.fit_clipped_mcmc"),
+        algorithms=("fit_clipped_gaussian", "fit_clipped_gaussian_stream",
+                    "clipped.fit.infer_hidden", "clipped.fit.morph"),
         family="clipped",
         contract=dict(generate=dict(num_examples=5, num_visible=6, num_hidden=2),
                   data=lambda data: data.s,
                   fixed=lambda data: {"weights": data.weights, "bias": data.bias},
                   unobserved=lambda data: {"num_examples": data.s.shape[0]}),
-        reference="Lee and Sompolinsky (1999), eq. 1-4 and 8",
+        reference=f"{REFERENCES['clipped'].short}, eq. 1-4 and 8",
+        story=r"""y_c &\sim \mathcal{N}(0, I_P) && \text{hidden causes, } P \ll N \\
+        x_c &= W y_c + \xi + \varepsilon_c, \quad \varepsilon_c \sim \mathcal{N}(0, \sigma^2 I_N)
+            && \text{not a site of its own} \\
+        s_c &= \operatorname{sign}(x_c) \in \{-1, +1\}^N && P(s_{ca} = +1 \mid y_c) =
+            \Phi\big((W y_c + \xi)_a / \sigma\big)""",
+        deviations=("The paper's clip s = sign(W y + xi) is the sigma -> 0 limit of the "
+                    "program's probit layer; with noise, var x_a = |W_a|^2 + sigma^2, not 1.",
+                    "Priors on W and xi, absent from the paper, let NUTS and SVI sample them."),
+        figure="clipped_bumps",
     )
 )

@@ -33,6 +33,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import (
     check_data,
@@ -344,13 +345,21 @@ INFO = register(
             "F": "(num_features, dim) features; a latent site only when features=None",
             "set": "(num_examples,) the feature set of each example; only with num_sets",
         },
-        algorithms=("associate", "fit_gvq", "gvq_constraints.associate_sets",
-                    "numpyro_baselines.map_associate", "numpyro_baselines.fit_gvq_svi"),
+        algorithms=("associate", "associate_sets", "fit_gvq", "fit_gvq_stream", "map_states",
+                    "fit_map_em"),
         family="gvq",
         contract=dict(generate=dict(num_examples=5, num_features=3, dim=4),
                   data=lambda data: data.x,
                   fixed=lambda data: {"features": data.features},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-        reference="Westerdijk, Barber and Wiegerinck (2001), sec. 3-4",
+        reference=f"{REFERENCES['gvq'].short}, sec. 3-4",
+        story=r"""F &\sim \mathcal{N}(0, \tau^2) && F \in \mathbb{R}^{n \times d} \text{ (rows: the
+            features } f_i\text{)},\ \tau = \texttt{feature\_scale} \\
+        s_{ci} &\sim \mathrm{Bernoulli}(p_i) && i = 1, \dots, n \text{ (paper: } p_i = 1/2) \\
+        x_c &\sim \mathcal{N}(s_c F, \sigma^2 I_d) && \text{GVQ: } \sigma \to 0, \;
+            s_c^* = \arg\min_s \lVert x_c - s F \rVert^2""",
+        deviations=("The prior on F, absent from the paper, lets MCMC and SVI sample the "
+                    "features; EM in the sigma -> 0 limit does not see it.",),
+        figure="gvq_association",
     )
 )

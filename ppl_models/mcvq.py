@@ -1,7 +1,7 @@
 """Multiple Cause Vector Quantization (MCVQ; Ross and Zemel 2003, and their 2002 slides).
 
 Generative story (Ross and Zemel (2003), sec. 2-3): K vector quantisers (VQs) of J states
-each explain D data dimensions. For every example c
+each explain D data dimensions. For every example c::
 
     s_k ~ Categorical(b_k)                      k = 1..K   site "s" (N, K)
     r_d ~ Categorical(a_d)                      d = 1..D   site "r" (N, D)
@@ -101,6 +101,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import (
     check_data,
@@ -464,11 +465,19 @@ INFO = register(ModelInfo(
         "s_0 .. s_{K-1}": "(num_examples, 1) state of each VQ, in place of s when "
                           "enumerable=True",
     },
-    algorithms=("fit_mcvq", "fit_mcvq_svi", "fit_mcvq_meanfield_svi", "fit_vb_mcvq"),
+    algorithms=("fit_mcvq", "fit_mcvq_stream", "infer_states", "reconstruct", "fit_vb_mcvq",
+                "model_selection"),
     family="mcvq",
     contract=dict(generate=dict(num_examples=5, dim=4, num_vqs=2, num_states=2),
                   data=lambda data: data.x,
                   fixed=lambda data: {"mu": data.mu, "sigma": data.sigma},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-    reference="Ross and Zemel (2003), sec. 2-3; Ross and Zemel (2002), slides (VB MCVQ)",
+    reference=f"{REFERENCES['mcvq'].short}, sec. 2-3; {REFERENCES['mcvq_slides'].short}, "
+              "slides (VB MCVQ)",
+    story=r"""s_{ck} &\sim \mathrm{Categorical}(b_k) && k = 1, \dots, K \\
+    r_{cd} &\sim \mathrm{Categorical}(a_d) && d = 1, \dots, D \\
+    x_{cd} &\sim \mathcal{N}\big(\mu_{d r s},\ \sigma^2_{d r s}\big) && r = r_{cd},\ s = s_{cr}""",
+    deviations=("Priors on mu and sigma when they are sample sites follow the slides' "
+                "Bayesian MCVQ; the paper point-estimates them.",),
+    figure="mcvq_shapes",
 ))

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import check_data, check_positive, check_positive_int, check_rng_key
 
@@ -204,7 +205,8 @@ INFO = register(
             "sd": "standard deviations; a latent site only when scales / scale_tril are None",
             "corr": "(k, d, d) Cholesky factors of correlations (full covariance only)",
         },
-        algorithms=("fit_mixture",),
+        algorithms=("fit_mixture", "fit_mixture_stream", "fit_online", "fit_online_stream",
+                    "select_num_components", "compare_criteria", "model_selection"),
         family="mixture",
         contract=dict(generate=dict(num_examples=6, num_components=2, dim=3),
                   data=lambda data: data.x,
@@ -212,6 +214,12 @@ INFO = register(
                   fixed=lambda data: {"weights": data.weights, "means": data.means,
                                       "scales": jnp.ones(2), "covariance": "spherical"},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-        reference="Xu (1995), YING-YANG machine, sec. 4-5",
+        reference=f"{REFERENCES['yingyang'].short}, YING-YANG machine, sec. 4-5",
+        story=r"""y_c &\sim \mathrm{Categorical}(\alpha) && \text{the component} \\
+        x_c \mid y_c &\sim \mathcal{N}(m_{y_c}, \Sigma_{y_c}) && \Sigma_y = \sigma_y^2 I,\;
+            \sigma \to 0: \text{ nearest mean (k-means)}""",
+        deviations=("Priors on alpha, m and the covariances, absent from the paper, let "
+                    "NumPyro's SVI and NUTS sample them; the paper's fits estimate them.",),
+        figure="yingyang_selection",
     )
 )

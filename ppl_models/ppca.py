@@ -45,6 +45,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import (
     check_data,
@@ -215,7 +216,14 @@ INFO = register(
             "sigma": "noise standard deviation; a site only when sigma=None",
         },
         algorithms=("fit_ppca",),
-        reference="Tipping & Bishop, JRSS B 1999, sec. 2-3; Roweis, NIPS 1998",
+        reference=f"{REFERENCES['ppca'].short}, sec. 2-3; {REFERENCES['ppca_em'].short}",
+        story=r"""z_n &\sim \mathcal{N}(0, I_q) && \text{latent coordinates} \\
+            x_n \mid z_n &\sim \mathcal{N}(z_n W + \mu, \sigma^2 I_d) && W \in
+                \mathbb{R}^{q \times d} \\
+            x_n &\sim \mathcal{N}(\mu, W^\top W + \sigma^2 I_d) && \text{collapsed; }
+                \sigma \to 0: \text{ PCA}""",
+        deviations=("Rows are examples and the rows of W the components (the paper: "
+                    "x = W z + mu); priors on W, mu and sigma let NUTS and SVI sample them.",),
         family="ppca",
         contract=dict(generate=dict(num_examples=8, dim=4, num_components=2),
                       data=lambda data: data.x,

@@ -40,7 +40,7 @@ class Reference:
         Journal or proceedings, with volume where known.
     year : int
     kind : str
-        BibTeX entry type (``"article"``, ``"inproceedings"``, ``"misc"``).
+        BibTeX entry type (``"article"``, ``"inproceedings"``, ``"book"``, ``"misc"``).
     """
 
     key: str
@@ -96,12 +96,20 @@ REFERENCES = {ref.key: ref for ref in (
               kind="article"),
     Reference("ppca_em", ("S. Roweis",), "EM algorithms for PCA and SPCA",
               "Advances in Neural Information Processing Systems 10 (NIPS 1997)", 1998),
+    Reference("vb_mixture", ("A. Corduneanu", "C. M. Bishop"),
+              "Variational Bayesian model selection for mixture distributions",
+              "Proceedings of the Eighth International Conference on Artificial "
+              "Intelligence and Statistics (AISTATS)", 2001),
+    Reference("prml", ("C. M. Bishop",), "Pattern recognition and machine learning",
+              "Springer", 2006, kind="book"),
 )}
 
 
 def cite(key: str, where: str | None = None) -> str:
-    """The citation of paper ``key`` (see :data:`REFERENCES`), optionally with a place
-    in it (``"sec. 5.1"``, ``"Fig. 4"``)."""
+    """The citation of paper ``key`` (see :data:`REFERENCES`).
+
+    ``where`` optionally names a place in it (``"sec. 5.1"``, ``"Fig. 4"``).
+    """
     if key not in REFERENCES:
         raise KeyError(f"no reference {key!r}; known: {sorted(REFERENCES)}")
     return REFERENCES[key].citation(where)
@@ -111,8 +119,8 @@ def bibtex() -> str:
     """Every reference as a BibTeX entry."""
     entries = []
     for ref in REFERENCES.values():
-        field = "journal" if ref.kind == "article" else (
-            "booktitle" if ref.kind == "inproceedings" else "howpublished")
+        field = {"article": "journal", "inproceedings": "booktitle",
+                 "book": "publisher"}.get(ref.kind, "howpublished")
         entries.append(
             f"@{ref.kind}{{{ref.key},\n"
             f"  author = {{{' and '.join(ref.authors)}}},\n"

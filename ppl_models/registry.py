@@ -45,9 +45,13 @@ class ModelInfo:
     latent_sites : mapping of str to str
         Latent site name -> shape and meaning.
     algorithms : tuple of str
-        Custom inference that applies (names of ``inference`` functions).
+        The inference that applies, each entry resolved as ``inference.<entry>``: a bare
+        name is one of ``inference.__all__`` (``"fit_gvq"``), a dotted one a function of
+        a family's module (``"clipped.fit.morph"``, ``"gvq.baselines.fit_gvq_svi"``). A
+        test resolves every entry; the documentation links each to its API page.
     reference : str
-        The paper and section the program restates.
+        The paper and section the program restates, short form (authors and year from
+        :data:`ppl_models.references.REFERENCES`, e.g. ``REFERENCES["gvq"].short``).
     family : str
         The inference family whose plug-in fits this program
         (``inference/<family>/plugin.py``); empty for a program without one.
@@ -57,6 +61,16 @@ class ModelInfo:
         the observed data), ``fixed`` (-> the program's keyword arguments that fix
         its parameters) and ``unobserved`` (-> keyword arguments for sampling
         without data).
+    story : str, optional
+        The generative story in LaTeX: the rows of an ``aligned`` environment (``&``
+        before the relation, LaTeX's double backslash between rows), shown on the
+        model's card in the documentation.
+    deviations : tuple of str, optional
+        Where the program knowingly departs from the paper (one sentence each), shown
+        on the model's card beside the reproduction's findings.
+    figure : str, optional
+        The paper experiment (``ppl-zoo reproduce`` name) whose figure the model's card
+        shows.
     """
 
     name: str
@@ -68,6 +82,9 @@ class ModelInfo:
     reference: str = ""
     family: str = ""
     contract: Mapping[str, Any] | None = None
+    story: str = ""
+    deviations: tuple[str, ...] = ()
+    figure: str = ""
 
 
 class BadInput(NamedTuple):

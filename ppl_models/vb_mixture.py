@@ -27,8 +27,8 @@ sec. 10.2 and scikit-learn's ``BayesianGaussianMixture``: with independent
 priors the posterior factorises naturally as Q(m) Q(Lambda) Q(y), the
 approximation of the paper (``inference.mixture.vb``).
 
-Wishart(nu, W) has density proportional to |Lambda|^((nu - d - 1) / 2)
-exp(-tr(W^-1 Lambda) / 2) and mean nu W (PRML appendix B, eq. B.78-B.81); it
+Wishart(nu, W) has density proportional to ``|Lambda|^((nu - d - 1) / 2)
+exp(-tr(W^-1 Lambda) / 2)`` and mean nu W (PRML appendix B, eq. B.78-B.81); it
 needs nu > d - 1. NumPyro has no Wishart distribution, so :class:`Wishart`
 provides one: exact log-density, and sampling by the Bartlett decomposition
 (Lambda = L A A^T L^T with W = L L^T, A lower triangular, A_ii^2 ~ chi^2(nu - i
@@ -72,6 +72,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.util import validate_sample
 
 from ppl_models import mixture
+from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import check_choice, check_data, check_positive, is_traced
 
@@ -151,7 +152,7 @@ class Wishart(dist.Distribution):
         return self.dof[..., None, None] * self.scale_matrix
 
     def expected_log_det(self):
-        """E[log |Lambda|] = sum_i psi((nu + 1 - i) / 2) + d log 2 + log|W| (PRML eq. B.81)."""
+        """``E[log |Lambda|] = sum_i psi((nu + 1 - i) / 2) + d log 2 + log|W|`` (PRML eq. B.81)."""
         i = jnp.arange(1, self.dim + 1, dtype=self.dof.dtype)
         digammas = jax.scipy.special.digamma((self.dof[..., None] + 1.0 - i) / 2.0)
         log_det_w = 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.scale_tril, axis1=-2, axis2=-1)),
@@ -390,7 +391,7 @@ INFO = register(ModelInfo(
         "m": "(k, d) means, Normal(m0, beta0^-1 I) prior",
         "y": "(num_examples,) component of each example (enumerable)",
     },
-    algorithms=("fit_vb_mixture",),
+    algorithms=("fit_vb_mixture", "model_selection"),
     family="mixture",
     contract=dict(generate=dict(num_examples=6, num_components=2, dim=3),
                   data=lambda data: data.x,
@@ -401,5 +402,13 @@ INFO = register(ModelInfo(
                                       "mean_prior_scale": 2.0, "dof_prior": 3.0,
                                       "covariance_prior": 1.0},
                   unobserved=lambda data: {"num_examples": data.x.shape[0]}),
-    reference="Corduneanu & Bishop (2001) sec. 2; Bishop PRML sec. 10.2",
+    reference=(f"{REFERENCES['vb_mixture'].short}, sec. 2; "
+               f"{REFERENCES['prml'].short}, sec. 10.2"),
+    story=r"""\Lambda_j &\sim \mathrm{Wishart}(\nu_0, W_0), \quad
+        m_j \sim \mathcal{N}(m_0, \beta_0^{-1} I) && j = 1, \dots, k \\
+    y_i &\sim \mathrm{Categorical}(\alpha) && \alpha \text{ by type-II maximum likelihood} \\
+    x_i \mid y_i &\sim \mathcal{N}(m_{y_i}, \Lambda_{y_i}^{-1}) && i = 1, \dots, N""",
+    deviations=("The means' prior is the paper's independent Normal, not the Normal-Wishart "
+                "of Bishop's PRML (sec. 10.2) and scikit-learn's BayesianGaussianMixture.",),
+    figure="yingyang_selection",
 ))

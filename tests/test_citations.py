@@ -1,9 +1,10 @@
 """What users read cites papers by authors, title, venue and year, never internal notes.
 
-A grep over the packages, the examples, the benchmarks, the README and the project
-files, and over the command line's help and listing, for labels that point at notes
-users do not have: "seed 000" style paper labels, "shared/", "MODELS.md",
-"DESIGN.md", "BENCHMARKING.md", "design notes" and "issue <number>". The references
+A grep over the packages, the examples, the benchmarks, the README, the project
+files, the documentation's sources and recorded data, and the command line's help
+and listing, for labels that point at notes users do not have: "seed 000" style
+paper labels, "shared/", "MODELS.md", "DESIGN.md", "BENCHMARKING.md", "design notes"
+and "issue <number>". The references
 module gives every citation, and the version is reported.
 """
 
@@ -34,6 +35,10 @@ def _files():
     for name in PROJECT_FILES:
         if (ROOT / name).exists():
             yield ROOT / name
+    # The documentation's sources, its extension and the recorded data it shows.
+    docs = ROOT / "docs"
+    for pattern in ("*.md", "*.rst", "*.py", "_ext/*.py", "api/*.rst", "_data/**/*.json"):
+        yield from sorted(docs.glob(pattern))
 
 
 def test_no_internal_labels_in_what_users_read():

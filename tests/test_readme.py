@@ -1,11 +1,15 @@
-"""The README's first code block is the two set-up commands, and its tour runs."""
+"""The README's first code block is the two set-up commands, and the Python blocks of the
+README and of the user guide (docs/user_guide.md) run."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+#: The README, then the user guide, where the tours of every family live.
+TEXT = README + "\n" + (ROOT / "docs" / "user_guide.md").read_text()
 
 
 def test_first_code_block_is_the_two_setup_commands():
@@ -30,7 +34,7 @@ def test_python_tour_runs(capsys):
 
 def _run_python_block(marker):
     """Run the README's Python block that mentions ``marker``; its namespace."""
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tours = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     tour = next(t for t in tours if marker in t)
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
@@ -48,7 +52,7 @@ def test_clipped_gaussian_tour_runs():
 
 @pytest.mark.slow  # about a minute of compilations (every candidate k, every mode)
 def test_mixture_tour_runs():
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tours = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     tour = next(t for t in tours if "fit_mixture" in t)
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
@@ -61,7 +65,7 @@ def test_mixture_tour_runs():
 
 @pytest.mark.slow
 def test_mcvq_tour_runs():
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tours = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     tour = next(t for t in tours if "fit_mcvq" in t)
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
@@ -72,7 +76,7 @@ def test_mcvq_tour_runs():
 
 
 def test_save_and_load_block_runs(tmp_path):
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tours = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     tour = next(t for t in tours if "inference.load" in t)
     target = tmp_path / "mixture_fit.npz"
     namespace = {}
@@ -83,7 +87,7 @@ def test_save_and_load_block_runs(tmp_path):
 
 
 def test_checkpoint_block_runs(tmp_path):
-    tours = re.findall(r"```python\n(.*?)```", README, re.S)
+    tours = re.findall(r"```python\n(.*?)```", TEXT, re.S)
     tour = next(t for t in tours if "resume_from=" in t)
     target = tmp_path / "mixture_checkpoint.npz"
     namespace = {}

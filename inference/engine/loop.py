@@ -160,7 +160,7 @@ class Run(NamedTuple):
 
 
 def relative_change_converged(objective, previous, tol):
-    """|objective - previous| <= tol |previous| (False while ``previous`` is infinite)."""
+    """``|objective - previous| <= tol |previous|`` (False while ``previous`` is infinite)."""
     return jnp.isfinite(previous) & (jnp.abs(objective - previous) <= tol * jnp.abs(previous))
 
 

@@ -209,7 +209,7 @@ def level(ok_all, ok_some) -> str:
 
 
 def near(ours, paper, tolerance) -> tuple[str, str]:
-    """holds if |ours - paper| <= tolerance (absolute), else differs by how much."""
+    """holds if ``|ours - paper| <= tolerance`` (absolute), else differs by how much."""
     diff = ours - paper
     if abs(diff) <= tolerance:
         return "holds", f"within {tolerance:g} of the paper ({diff:+.3g})"

@@ -255,9 +255,9 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     max_iterations : int
         Iterations at most (when ``temperature_schedule`` is not an array).
     tol : float
-        Convergence: |Delta L| <= tol max(|L|, 1) at a constant temperature in an
+        Convergence: ``|Delta L| <= tol max(|L|, 1)`` at a constant temperature in an
         iteration that removed nothing. The default 1e-5 sits above the float32
-        rounding of L (changes of about 1e-6 |L| were seen to alternate in sign at
+        rounding of L (changes of about ``1e-6 |L|`` were seen to alternate in sign at
         a fixed point); use a smaller one with float64 data.
     temperature_schedule : float or array, optional
         T per iteration (module docstring); default 1 (no annealing). An array
