@@ -105,3 +105,22 @@ def test_your_own_program_section_runs():
     assert fit.closed_form and fit.converged
     assert fit.objective < 2 * 8 * 0.1 ** 2  # near the noise floor of 8 * 0.1^2
     assert states.states["s"].shape == (200, 5)
+
+
+def _page_blocks(name):
+    """The Python blocks of a documentation page that run as written (a sketch with
+    ``...`` placeholders is not meant to)."""
+    text = (ROOT / "docs" / name).read_text()
+    return [block for block in re.findall(r"```python\n(.*?)```", text, re.S)
+            if not re.search(r"[,(]\s*\.\.\.", block)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["getting_started.md", "concepts.md", "index.md"])
+def test_documentation_pages_python_blocks_run(page, tmp_path):
+    blocks = _page_blocks(page)
+    assert blocks, page
+    namespace = {}
+    for block in blocks:  # one namespace per page: later blocks use earlier names
+        block = block.replace("/tmp/", f"{tmp_path}/")
+        exec(compile(block, f"docs/{page}", "exec"), namespace)
