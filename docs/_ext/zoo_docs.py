@@ -401,8 +401,15 @@ def benchmarks_page(table: dict, scripts: dict, run: dict) -> str:
              "ratios, not the seconds, with other runs or machines. The machine was shared "
              "with other work, so single timings are noisy. A ratio is the peer's time over "
              "ours unless the goal says otherwise (above 1: ours is faster; ``>`` marks a "
-             "lower bound).", "",
-             underline("Machine", "-"), ""]
+             "lower bound).", ""]
+    if table.get("quick"):
+        lines += [".. note::", "",
+                  "   ``--quick`` runs every script at smaller sizes and with fewer repeats "
+                  "than its goal states, where compilation and fixed costs weigh more: a goal "
+                  "marked as not met here is not a verdict on the goal, which a full-size run "
+                  "on quiet cores decides (``python benchmarks/run_all.py``, about an hour "
+                  "on two cores).", ""]
+    lines += [underline("Machine", "-"), ""]
     for key, value in machine.items():
         if value in (None, "", []):
             continue
