@@ -192,7 +192,7 @@ HASH_SEED_CASES = frozenset({"fit_mcvq_meanfield_svi", "fit_mcvq_svi"})
 HASH_SEED = "0"
 
 #: The association methods of :func:`inference.associate` at the recording.
-ASSOCIATION_METHODS = ("bp", "br", "br+mf", "dbp", "dbr", "exact", "gibbs", "mf")
+ASSOCIATION_METHODS = ("bp", "br", "br+mf", "dbp", "dbr", "exact", "gibbs", "mf", "tabu")
 
 
 # --------------------------------------------------------------------------- inputs

@@ -21,7 +21,7 @@ from inference.association.core import associate
 from inference.program.handlers import noiseless, observation_noise
 from ppl_models import gvq
 
-ALL_METHODS = ["exact", "bp", "br", "mf", "br+mf", "dbp", "dbr", "gibbs"]
+ALL_METHODS = ["exact", "bp", "br", "mf", "br+mf", "dbp", "dbr", "gibbs", "tabu"]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ from jax.sharding import PartitionSpec as P
 import inference.association.annealing
 import inference.association.directed
 import inference.association.directed_bp
-import inference.association.message_passing  # noqa: F401  (adds "bp", "br", "br+mf")
+import inference.association.message_passing
+import inference.association.tabu  # noqa: F401  (each adds its methods)
 from inference.association.base import (
     MAX_EXACT_FEATURES,
     METHODS,
@@ -98,7 +99,9 @@ def associate(
     method : str
         One of :data:`METHODS`: ``"exact"`` (exhaustive search), ``"bp"``, ``"br"``,
         ``"mf"``, ``"gibbs"``, ``"dbp"``, ``"dbr"``, ``"br+mf"`` (Westerdijk, Barber
-        and Wiegerinck (2001), sec. 4).
+        and Wiegerinck (2001), sec. 4), and ``"tabu"``, multi-walk tabu search
+        (:mod:`inference.association.tabu`), which stays at the optimum on overcomplete
+        codebooks (more features than dimensions) where the papers' methods do not.
     rng_key : jax.random key, optional
         Required by the randomised methods (random sequential orders, Gibbs).
     model : callable, optional

@@ -16,7 +16,7 @@ from its own log-density.
   Gaussian layer x ~ N(s F, sigma) plus a factorised prior (the GVQ case), else
   single-site annealed Gibbs sampling that evaluates the program's energy with each
   unit off and on.
-* ``"bp"``, ``"br"``, ``"mf"``, ``"br+mf"``, ``"dbp"``, ``"dbr"`` need the quadratic
+* ``"bp"``, ``"br"``, ``"mf"``, ``"br+mf"``, ``"dbp"``, ``"dbr"``, ``"tabu"`` need the quadratic
   form E = c + h.s + 1/2 s^T W s, read by autodiff; a program whose energy is not
   quadratic gets an error naming its sites and the methods that apply. The directed
   methods (and the quadratic Gibbs sampler) also need an observed Gaussian site whose
@@ -62,7 +62,7 @@ __all__ = ["MapStatesResult", "map_states", "Plan", "plan_map_states", "setup_pr
 
 #: Methods that work on any energy, and those that need it quadratic in the units.
 ANY_ENERGY_METHODS = ("exact", "gibbs")
-QUADRATIC_METHODS = ("bp", "br", "mf", "br+mf", "dbp", "dbr")
+QUADRATIC_METHODS = ("bp", "br", "mf", "br+mf", "dbp", "dbr", "tabu")
 #: Relative misfit above which an energy is not quadratic (or a mean not affine).
 _RTOL = 1e-4
 
@@ -115,10 +115,10 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
         The program's arguments.
     method : str
         ``"exact"`` or ``"gibbs"`` (any energy); ``"bp"``, ``"br"``, ``"mf"``,
-        ``"br+mf"``, ``"dbp"``, ``"dbr"`` (an energy quadratic in the units).
+        ``"br+mf"``, ``"dbp"``, ``"dbr"``, ``"tabu"`` (an energy quadratic in the units).
     rng_key : jax.random key, optional
         Needed by the randomised methods (``"gibbs"``, ``"mf"``, ``"bp"``, ``"br"``,
-        ``"br+mf"``).
+        ``"br+mf"``, ``"tabu"``).
     noise : None, float or "program"
         ``None``: the sigma -> 0 limit (the program runs under ``noiseless``; it needs
         an observed Gaussian site). A positive float: the MAP state with the observed
