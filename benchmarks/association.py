@@ -1027,7 +1027,8 @@ def main(argv=None) -> dict:
     print("mean E / mean E_ref - 1; conv = converged fraction. E = ||x - s F||^2.")
     for c in configs:
         print()
-        print(f"n = {c['num_features']}, dim = {c['dim']} ({c['regime']}complete), "
+        label = {"under": "under-complete", "over": "overcomplete"}.get(c["regime"], c["regime"])
+        print(f"n = {c['num_features']}, dim = {c['dim']} ({label}), "
               f"N = {c['num_examples']}; reference: {c['reference']}; mean planted E "
               f"{c['mean_planted_energy']:.4f}")
         print(format_table(c))
