@@ -101,8 +101,8 @@ def test_many_words_of_units():
 
 
 def test_defaults():
-    assert default_budget(12, 24) == (4, 24)
-    assert default_budget(32, 16) == (32, 512) and default_budget(16, 8) == (16, 64)
+    assert default_budget(12, 24) == (8, 24)
+    assert default_budget(32, 16) == (32, 512) and default_budget(16, 8) == (32, 64)
     assert default_tenure(3) == 2 and default_tenure(12) == 4 and default_tenure(32) == 8
 
 

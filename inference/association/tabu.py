@@ -59,14 +59,14 @@ def default_budget(num_features: int, dim: int) -> tuple[int, int]:
     """Default ``(num_walks, num_iterations)`` for ``n`` features in ``dim`` dimensions.
 
     Measured on planted GVQ data (``benchmarks/association.py``: dense features
-    F ~ N(0, 1), noise 0.3, exhaustive search as the reference): with ``dim >= n`` four
-    walks of 2n moves reach the optimum on every example; overcomplete codebooks
-    (``dim < n``) need many more moves, growing with n, and more walks help more than
-    longer ones. The smallest budgets that kept the mean gap under 0.1% and at least
-    99.9% of 1,000-5,000 examples at the optimum were 16 walks of 2n moves at n = 12
-    (on other draws 2n missed 1% of the examples: the default is 4n), 16 of 4n at n = 16,
-    32 of 8n at n = 24 and 32 of 16n at n = 32. Beyond n = 32 the budget is not
-    measured: raise ``num_iterations`` and check ``converged``.
+    F ~ N(0, 1), noise 0.3, exhaustive search as the reference up to n = 24): the
+    smallest budgets that kept the mean gap under 0.1% and at least 99.9% of 10,000
+    examples at the reference, with a margin for other draws, were 8 walks of 2n moves
+    when ``dim >= n`` (4 walks left one example in 1,000 at n = 24 far above it), and
+    for overcomplete codebooks (``dim < n``), which need many more moves growing with n
+    (more walks helping more than longer ones), 16 walks of 4n moves at n = 12, 32 of 4n
+    at n = 16, 32 of 8n at n = 24 and 32 of 16n at n = 32. Beyond n = 32 the budget is
+    not measured: raise ``num_iterations`` and check ``converged``.
 
     Codebooks learned from real data are harder than random ones: on the features that
     EM learns from 4 x 4 image patches (``examples/overcomplete_gvq.py``, n = 32,
@@ -76,10 +76,10 @@ def default_budget(num_features: int, dim: int) -> tuple[int, int]:
     """
     n = int(num_features)
     if dim >= n:
-        return 4, max(8, 2 * n)
-    if n <= 16:
+        return 8, max(8, 2 * n)
+    if n <= 12:
         return 16, max(16, 4 * n)
-    return 32, (8 if n <= 24 else 16) * n
+    return 32, (4 if n <= 16 else 8 if n <= 24 else 16) * n
 
 
 def default_tenure(num_features: int) -> int:
