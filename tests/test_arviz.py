@@ -118,7 +118,11 @@ def test_gvq_mcmc(gvq_fit):
     np.testing.assert_array_equal(idata.posterior["F"].values, np.asarray(gvq_fit.samples))
 
 
+@pytest.mark.slow  # a chain of its own; the others share theirs with further tests
 def test_clipped_mcmc(clipped_fit):
+    """The default run converts this baseline's result in the Examples of
+    fit_clipped_mcmc (inference/clipped/baselines_mcmc.py: groups, dimension names,
+    arviz.summary) and checks the full conversion of the other three baselines here."""
     idata = clipped_fit.to_inference_data()
     check_inference_data(idata, {"W": ("unit", "hidden"), "xi": ("unit",),
                                  "y": ("example", "hidden")}, "s", ("example", "unit"), 2, 20,

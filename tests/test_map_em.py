@@ -59,7 +59,12 @@ def as_gvq(x=None, *, features, offset, couplings):
         numpyro.sample("x", dist.Normal(offset + s @ features, 0.1).to_event(1), obs=x)
 
 
+@pytest.mark.slow  # statistical: best of 4 and of 8 random starts (about 60 s with `learned`)
 def test_recovers_the_planted_energy_and_so_does_fit_gvq_on_the_variant(planted, learned):
+    """The default run checks fit_map_em's closed-form path against fit_gvq in
+    test_fit_gvq_is_the_gvq_case_of_fit_map_em, L-BFGS in
+    test_a_program_not_quadratic_in_its_parameters_is_learned_by_lbfgs, and the
+    refusals at the end in test_fit_gvq_refuses_what_fit_map_em_does_not_offer."""
     truth = handlers.substitute(offset_ising, data={"features": planted.features,
                                                     "offset": OFFSET})
     reference = float(map_states(truth, planted.x, COUPLINGS).energy.mean())
@@ -109,6 +114,22 @@ def test_fit_gvq_is_the_gvq_case_of_fit_map_em(planted):
     np.testing.assert_array_equal(ours.num_changed[1:], theirs.trace.num_changed[1:])
 
 
+def test_fit_gvq_refuses_what_fit_map_em_does_not_offer(planted):
+    """The refusals of test_recovers_the_planted_energy_and_so_does_fit_gvq_on_the_variant
+    (slow), without its fits."""
+    kwargs = {"offset": OFFSET, "couplings": COUPLINGS}
+    with pytest.raises(ValueError, match="devices.*not least squares"):
+        fit_gvq(planted.x, NUM_UNITS, model=as_gvq, rng_key=jax.random.key(0),
+                model_kwargs=kwargs, devices=1)
+    with pytest.raises(ValueError, match="least-squares M-step.*offset"):
+        fit_gvq_stream(planted.x, NUM_UNITS, model=as_gvq, rng_key=jax.random.key(0),
+                       model_kwargs=kwargs, batch_size=50, num_restarts=1)
+
+
+# The default run checks the closed-form M-step against least squares (with an offset) in
+# test_sparse_hessian_is_the_dense_one_and_a_wrong_pattern_is_caught and against fit_gvq
+# in test_fit_gvq_is_the_gvq_case_of_fit_map_em.
+@pytest.mark.slow
 def test_m_step_is_the_least_squares_fit_of_the_final_states(planted, learned):
     states = np.asarray(learned.states["s"], float)
     design = np.hstack([np.ones((N, 1)), states])

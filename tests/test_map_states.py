@@ -87,9 +87,10 @@ def _brute_force(model, args, site_shapes, noise):
     return np.asarray(jnp.min(table, axis=1))
 
 
-#: The default run checks the exhaustive search and two deterministic sweeps; the slow
-#: run every method.
-CHEAP_METHODS = ("exact", "br", "dbr")
+#: The default run checks the exhaustive search and the deterministic sweep "br" (the
+#: directed methods are checked against exact in tests/test_directed.py); the slow run
+#: every method.
+CHEAP_METHODS = ("exact", "br")
 
 
 @pytest.mark.parametrize("method", [
@@ -112,7 +113,12 @@ def test_one_site_per_unit_is_the_same_program(planted):
     np.testing.assert_array_equal(stacked, associate(F, x).states)
 
 
-@pytest.mark.parametrize("noise", [None, 0.5, "program"])
+@pytest.mark.parametrize("noise", [
+    None,
+    # The default run checks exact against brute force with noise=0.5 in
+    # test_a_kept_plan_is_checked_again_at_new_values.
+    pytest.param(0.5, marks=pytest.mark.slow),
+    "program"])
 def test_exact_on_ising_with_offset_is_brute_force(planted, noise):
     x, F = planted.x[:6] + 0.3, planted.features
     J = jax.random.normal(jax.random.key(2), (5, 5))
@@ -127,7 +133,14 @@ def test_exact_on_ising_with_offset_is_brute_force(planted, noise):
             map_states(ising_offset, *args, noise=noise, method="dbr")
 
 
-@pytest.mark.parametrize("noise", [None, 0.5, "program"])
+@pytest.mark.parametrize("noise", [
+    # The default run checks both methods on this program with noise="program", and the
+    # noise handlers None and 0.5 in test_exact_on_ising_with_offset_is_brute_force[None],
+    # test_every_method_on_gvq_equals_associate[br] and
+    # test_a_kept_plan_is_checked_again_at_new_values.
+    pytest.param(None, marks=pytest.mark.slow),
+    pytest.param(0.5, marks=pytest.mark.slow),
+    "program"])
 def test_exact_and_br_on_sparse_coding_are_brute_force(planted, noise):
     x, F = planted.x[:6], planted.features
     args = (x, F, jnp.array([-2.0, -1.0, 0.0, 1.0, -3.0]))

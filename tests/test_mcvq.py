@@ -168,8 +168,12 @@ def _partition_accuracy(g, planted_r, num_vqs):
                for perm in itertools.permutations(range(num_vqs)))
 
 
+@pytest.mark.slow  # five starts, statistical
 def test_recovers_planted_partition(planted):
     """The learnt g recovers the planted partition up to VQ permutation.
+
+    The default run checks that the best of four starts recovers it in
+    test_restarts_run_side_by_side_and_keep_the_lowest_free_energy.
 
     Default annealed fits with one spare state per VQ (J = 4 on planted J = 3), from 5
     random starts; the start with the lowest final free energy is kept (fit_mcvq's

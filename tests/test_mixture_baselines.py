@@ -76,7 +76,12 @@ def test_svi_from_em_start_with_weak_prior_stays_at_em_optimum(planted, em):
         -(svi.log_likelihood + svi.log_prior / NUM), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_svi_from_kmeans_start_reaches_em_and_covariances_are_valid(planted, em):
+    """The default run checks an SVI fit of this size against EM (its log-likelihood at
+    most EM's) in test_compare_mixture_runs_and_writes_its_table, and the SVI baseline's
+    fit of a planted mixture in the Examples of fit_mixture_svi
+    (inference/mixture/baselines_svi.py)."""
     _, x, _ = planted
     svi = fit_mixture_svi(x, K, rng_key=FIT_KEY, num_steps=SVI_STEPS)  # EM's own start
     assert svi.converged

@@ -39,6 +39,19 @@ def planted_result(planted):
                            rng_key=jax.random.key(13), num_restarts=RESTARTS)
 
 
+#: The bookkeeping checks (test_cv_equals_hand_computed_fold_loop, test_bic_equals_formula,
+#: test_loo_skipped_with_reason_when_too_large) hold for any run: they use a cheaper one
+#: than ``planted_result`` (no VB, one start per fit, so that they share their compiled
+#: fits). The slow run checks the planted choice.
+BOOKKEEPING_RESTARTS = 1
+
+
+@pytest.fixture(scope="module")
+def bookkeeping_result(planted):
+    return model_selection(planted.x, CANDIDATES, criteria=("cv", "train", "bic"),
+                           rng_key=jax.random.key(13), num_restarts=BOOKKEEPING_RESTARTS)
+
+
 @pytest.fixture(scope="module")
 def mixture_data():
     return mixture.generate(jax.random.key(0), 600, 3, 2, separation=8.0)
@@ -47,11 +60,17 @@ def mixture_data():
 # ------------------------------------------------------------------------- MCVQ
 
 
+# The planted choice (8 starts per fit; about 55 s with planted_result) runs in the slow
+# run. The default run checks that VB prunes an over-complete MCVQ to the 3 planted VQs in
+# test_over_complete_vb_prunes_to_the_planted_vqs, and the CV and BIC bookkeeping in
+# test_cv_equals_hand_computed_fold_loop and test_bic_equals_formula.
+@pytest.mark.slow
 @pytest.mark.parametrize("criterion", ["vb", "cv", "bic"])
 def test_planted_mcvq_choice_has_three_vqs(planted_result, criterion):
     assert planted_result.choice[criterion] == (3, 3)
 
 
+@pytest.mark.slow
 def test_train_does_not_penalise_complexity(planted_result):
     train = np.array(planted_result.values["train"])
     # Non-decreasing in K up to float32 rounding (1e-3 nats per example) ...
@@ -63,6 +82,7 @@ def test_train_does_not_penalise_complexity(planted_result):
         assert np.all(np.array(planted_result.values[criterion]) < train)
 
 
+@pytest.mark.slow
 def test_vb_reports_surviving_sizes(planted_result):
     for (k, j), (k_left, states) in zip(CANDIDATES, planted_result.vb_sizes, strict=True):
         assert 1 <= k_left <= k and len(states) == k_left and max(states) <= j
@@ -71,10 +91,11 @@ def test_vb_reports_surviving_sizes(planted_result):
     assert planted_result.vb_sizes[best][0] == 3
 
 
-def test_cv_equals_hand_computed_fold_loop(planted, planted_result):
+def test_cv_equals_hand_computed_fold_loop(planted, bookkeeping_result):
     """The bookkeeping of "cv": folds from split(rng_key)[1], keys folded in per
     candidate and fold, fit_mcvq on the training folds, the exact predictive with
     a = g and b = the mean state usage on the held-out fold."""
+    planted_result = bookkeeping_result
     x = planted.x
     num = x.shape[0]
     key_cv = jax.random.split(jax.random.key(13), len(CRITERIA) + 1)[1]
@@ -84,7 +105,7 @@ def test_cv_equals_hand_computed_fold_loop(planted, planted_result):
     for f, held in enumerate(parts):
         train = np.setdiff1d(np.arange(num), held)
         key = jax.random.fold_in(jax.random.fold_in(key_cv, index), f)
-        fit = fit_mcvq(x[train], 3, 3, rng_key=key, num_restarts=RESTARTS)
+        fit = fit_mcvq(x[train], 3, 3, rng_key=key, num_restarts=BOOKKEEPING_RESTARTS)
         pi = jnp.mean(fit.m, axis=0)
         values = np.asarray(exact_log_likelihood(x[held], fit.mu, fit.sigma, a=fit.g, b=pi))
         total += values.sum()
@@ -94,7 +115,8 @@ def test_cv_equals_hand_computed_fold_loop(planted, planted_result):
     assert planted_result.standard_errors["cv"][index] == pytest.approx(se, rel=1e-4)
 
 
-def test_bic_equals_formula(planted, planted_result):
+def test_bic_equals_formula(planted, bookkeeping_result):
+    planted_result = bookkeeping_result
     num, dim = planted.x.shape
     for (k, j), train, bic in zip(CANDIDATES, planted_result.values["train"],
                                   planted_result.values["bic"], strict=True):
@@ -102,6 +124,7 @@ def test_bic_equals_formula(planted, planted_result):
         assert bic == pytest.approx(train - p * math.log(num) / (2 * num), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_table_marks_every_choice(planted_result):
     text = planted_result.table()
     lines = text.splitlines()
@@ -128,7 +151,7 @@ def test_heldout_bound_is_exact_for_one_hot_g_and_below_otherwise(planted):
 
 def test_loo_skipped_with_reason_when_too_large(planted):
     result = model_selection(planted.x, CANDIDATES, criteria=("loo",), loo_max_size=1,
-                             rng_key=jax.random.key(13), num_restarts=RESTARTS)
+                             rng_key=jax.random.key(13), num_restarts=BOOKKEEPING_RESTARTS)
     assert "too large" in result.skipped["loo"] and "(4, 3)" in result.skipped["loo"]
     assert all(math.isnan(v) for v in result.values["loo"])
     assert result.choice["loo"] is None and result.arviz_compare is None
@@ -161,6 +184,9 @@ def test_mcvq_loo_runs_nuts_on_the_program():
 # ---------------------------------------------------------------------- mixture
 
 
+# The default run checks BIC's choice on the same data in the Examples of model_selection
+# (inference/app/selection.py), and the mixture's VB pruning in tests/test_vb_mixture.py.
+@pytest.mark.slow
 def test_mixture_vb_and_bic_choose_three(mixture_data):
     result = model_selection(mixture_data.x, [2, 3, 4], model="mixture",
                              criteria=("vb", "train", "bic"), rng_key=jax.random.key(1))

@@ -2,7 +2,8 @@
 
 The example runs once with ``--quick`` (1 seed, the two overlap-1 variants, 8 starts x
 150 iterations, one VB fit; about 10 s of CPU, up to 20 s on 2 busy cores) into a
-temporary folder; the fast tests check its helpers on hand-made g.
+temporary folder; the tests of that run are marked slow, as those of the other examples'
+quick runs. The fast tests check its helpers on hand-made g.
 """
 
 import json
@@ -56,6 +57,7 @@ def test_bad_flags(example):
         example.main(["--seeds", "0"])
 
 
+@pytest.mark.slow
 def test_files_and_json(quick_run):
     out, results = quick_run
     for name in ("overlapping_causes.png", "overlapping_causes.json"):
@@ -70,6 +72,7 @@ def test_files_and_json(quick_run):
     assert results["slides"]["text"] in results["printed"]
 
 
+@pytest.mark.slow
 def test_g_binary_off_the_shared_pixels(quick_run):
     record = json.loads((quick_run[0] / "overlapping_causes.json").read_text())
     for name, summary in record["summary"].items():
@@ -84,6 +87,7 @@ def test_g_binary_off_the_shared_pixels(quick_run):
         assert summary["uncovered"]["mean_entropy_bits"] == pytest.approx(np.log2(3), abs=1e-3)
 
 
+@pytest.mark.slow
 def test_shared_pixels_mostly_binary_as_the_slides_found(quick_run):
     record = json.loads((quick_run[0] / "overlapping_causes.json").read_text())
     for name, summary in record["summary"].items():

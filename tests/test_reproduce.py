@@ -1,6 +1,6 @@
 """``ppl-zoo reproduce``: listing, a short real run, bad input and a failing example.
 
-The real run uses the two cheapest experiments (mcvq_text and clipped_entropy at
+The real run (slow) uses the two cheapest experiments (mcvq_text and clipped_entropy at
 their quick sizes: about 5 s each plus JAX's start-up). The failure tests point
 ``--examples-dir`` at stand-in scripts in a temporary folder, so they run no JAX.
 """
@@ -32,7 +32,12 @@ def test_list_names_every_experiment(capsys):
     assert {e.script for e in EXPERIMENTS.values()} <= {p.name for p in examples.glob("*.py")}
 
 
+@pytest.mark.slow  # two examples end to end, each in a Python process of its own
 def test_only_cheapest_writes_report_and_findings(tmp_path, capsys):
+    """The default run checks the report and the findings of a run with stand-in scripts
+    in test_failing_example_is_reported_and_the_run_continues and
+    test_missing_script_and_unreadable_json_fail_without_stopping, and every extractor in
+    test_every_extractor_rejects_an_empty_json_by_raising."""
     status = main(["reproduce", "--output-dir", str(tmp_path), "--only", "mcvq_text",
                    "clipped_entropy", "--html", "--no-progress"])
     assert status == 0, capsys.readouterr()

@@ -173,12 +173,19 @@ def results(tmp_path_factory):
     return data, single, sharded
 
 
+# The four-device subprocess (the ``results`` fixture: about 45 s on 2 busy cores) runs in
+# the slow run. The default run checks the sharded code path on a one-device mesh in
+# test_a_mesh_of_one_device_runs_the_sharded_path_to_float_tolerance, the plain path in
+# test_one_device_default_is_the_unchanged_plain_path, the padding in
+# test_pad_examples_masks_the_padding and the device and mesh arguments below.
+@pytest.mark.slow
 def test_default_mesh_spans_all_four_simulated_devices(results):
     _, _, sharded = results
     assert int(sharded["num_devices"]) == 4
     assert sharded["default_mesh"].tolist() == [4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [c[0] for c in CALLS])
 def test_sharded_equals_single_device(results, name):
     """Every family, every way of choosing devices, N = 203 (padded): equal to RTOL."""
@@ -196,6 +203,7 @@ def test_sharded_equals_single_device(results, name):
                                        err_msg=key)
 
 
+@pytest.mark.slow
 def test_far_data_exercise_the_exact_scatter_fallback(results):
     """The mix_far fit's components sit where the moment form cancels (ratio > 203)."""
     data, single, _ = results

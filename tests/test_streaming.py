@@ -52,9 +52,14 @@ def _assert_same_fit(ours, ref, tol=1e-9, value_tol=1e-9):
         np.testing.assert_array_equal(np.asarray(ours.labels), np.asarray(ref.labels))
 
 
-@pytest.mark.parametrize("mode, covariance", [("stochastic", "full"), ("stochastic", "diag"),
-                                              ("map", "full"), ("map", "diag"),
-                                              ("nearest", "spherical")])
+# The default run checks every mode and every covariance family once; the other two
+# pairs run in the slow run.
+@pytest.mark.parametrize("mode, covariance", [
+    ("stochastic", "full"),
+    pytest.param("stochastic", "diag", marks=pytest.mark.slow),
+    pytest.param("map", "full", marks=pytest.mark.slow),
+    ("map", "diag"),
+    ("nearest", "spherical")])
 def test_streamed_em_equals_the_in_memory_fit(data64, mode, covariance):
     """Batches of 300 rows (the last one 100): the same fit, labels included."""
     x, start = data64
@@ -68,7 +73,10 @@ def test_streamed_em_equals_the_in_memory_fit(data64, mode, covariance):
         assert ours.converged and ours.num_iterations < 25
 
 
-@pytest.mark.parametrize("mode", ["stochastic", "map", "nearest"])
+# "map"'s exact pass is "stochastic"'s with 0/1 responsibilities (see below): the default
+# run checks "stochastic" and "nearest", the slow run "map" as well.
+@pytest.mark.parametrize("mode", ["stochastic", pytest.param("map", marks=pytest.mark.slow),
+                                  "nearest"])
 def test_cancellation_fallback_runs_an_exact_pass_and_matches(mode, monkeypatch):
     """A tight cluster 1000 away from the data's centre: the moment-form covariance
     would cancel (also in float64), so every iteration runs the exact pass about the
@@ -126,7 +134,11 @@ def test_memmap_source_and_single_batch_seeding_equal_fit_mixture(data64, tmp_pa
     _assert_same_fit(seeded, seeded_ref)
 
 
+@pytest.mark.slow
 def test_callable_and_list_sources_equal_the_in_memory_fit(data64):
+    """The default run checks these two sources in
+    tests/test_streaming_fits.py::test_gvq_stream_equals_in_memory and a list of batches
+    of the mixture in test_online_stream_passes_carry_the_state_and_stop_at_tol."""
     x, start = data64
     chunks = [x[i:i + 170] for i in range(0, N, 170)]
     kwargs = dict(mode="stochastic", covariance="full", init_means=start, max_iterations=8,
@@ -187,7 +199,10 @@ def test_bad_arguments_are_rejected_naming_them(data64):
         fit_mixture_stream([np.zeros((5, 2)), np.ones((5, 2))], 3, init_means=np.eye(3, 2))
 
 
-@pytest.mark.parametrize("method, covariance", [("rpcl", "full"), ("adaptive_em", "diag")])
+# The default run checks the streamed online fit against fit_online with "rpcl"; the slow
+# run with "adaptive_em" as well.
+@pytest.mark.parametrize("method, covariance", [
+    ("rpcl", "full"), pytest.param("adaptive_em", "diag", marks=pytest.mark.slow)])
 def test_online_stream_equals_fit_online_on_the_same_stream(data64, method, covariance):
     """fit_online shuffles with split(key)[1]; streaming those rows in batches of 170
     (the last 150) from the same start gives the same units, step for step."""

@@ -8,7 +8,7 @@ states, 4 dimensions each) with ``rng_key=key(100 + seed)``, seeds 0-7:
     surviving VQs: 3 in 6 of 8 (seeds 0, 1, 3, 4, 6, 7; each with the planted
     partition of the dimensions), 2 in 2 (seeds 2, 5: two planted groups merged).
 
-The default test runs seeds 0-4 (:data:`PRUNING_OUTCOME`) and asserts at least 3
+The slow run's test runs seeds 0-4 (:data:`PRUNING_OUTCOME`) and asserts at least 3
 of 5 end with 3 VQs.
 """
 
@@ -162,6 +162,11 @@ def test_bound_equals_monte_carlo_elbo_with_missing_entries(planted):
     assert abs(draws.mean() - fit.bound) < 5 * se, (draws.mean(), fit.bound, se)
 
 
+# Two more Monte Carlo estimates (2000 particles each): the slow run. The default run checks
+# the same identity for the converged fit in test_bound_equals_monte_carlo_elbo_of_the_program
+# and the factorised family's bound (unchanged by pruning an empty VQ) in
+# test_pruning_a_zero_weight_vq_leaves_the_bound_unchanged[False].
+@pytest.mark.slow
 @pytest.mark.parametrize("conditional", [True, False])
 def test_bound_equals_monte_carlo_elbo_before_convergence(planted, conditional):
     """The same check for Q after two steps from the start (not a fixed point; for the
@@ -194,6 +199,10 @@ def test_bound_equals_monte_carlo_elbo_before_convergence(planted, conditional):
 # ---------------------------------------------------------------------- pruning
 
 
+# Five seeds: the slow run. The default run fits two of these data sets (seeds 0 and 7) in
+# test_moves_raise_the_bound_where_coordinate_ascent_stalls and checks the pruning step in
+# test_pruning_a_zero_weight_vq_leaves_the_bound_unchanged.
+@pytest.mark.slow
 def test_prunes_to_the_planted_number_of_vqs():
     counts = {}
     for seed in PRUNING_OUTCOME:

@@ -147,6 +147,11 @@ def test_program_rejects_bad_hyperparameters(planted, kwargs, name):
 # ---------------------------------------------------------------------- the algorithm
 
 
+# Five and three seeds: the slow run. The default run checks that both families prune
+# from 10 components to the 3 planted ones in
+# test_bound_is_monotone_and_pruning_explains_any_drop, and the float32 fit in the Examples
+# of fit_vb_mixture (inference/mixture/vb.py).
+@pytest.mark.slow
 def test_prunes_to_the_planted_number_of_components():
     outcome = []
     for seed in range(5):
@@ -163,6 +168,7 @@ def test_prunes_to_the_planted_number_of_components():
     assert outcome == [3] * 5
 
 
+@pytest.mark.slow
 def test_diagonal_family_prunes_on_axis_aligned_data():
     """covariance="diag" on planted data with identity covariances (unequal=False)."""
     outcome = []

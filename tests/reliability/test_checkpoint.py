@@ -166,6 +166,10 @@ KILLED_SCRIPT = textwrap.dedent("""
 """)
 
 
+# End to end (a second Python process that imports JAX and compiles the fit again). The
+# default run checks resuming from a checkpoint written mid-fit in
+# test_mcvq_interrupted_then_resumed.
+@pytest.mark.slow
 def test_mcvq_killed_process_then_resumed(mcvq_data, mcvq_reference, tmp_path):
     path = tmp_path / "killed.npz"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -191,10 +195,12 @@ def test_mcvq_killed_process_then_resumed(mcvq_data, mcvq_reference, tmp_path):
     assert_identical(mcvq_reference, resumed)
 
 
+@pytest.mark.slow
 def test_mcvq_on_shapes_interrupted_then_resumed(tmp_path, monkeypatch):
     """The paper's shapes set-up (K = 3 VQs of J = 5 states on the 100 training images,
     examples/mcvq_shapes.py), fewer starts and iterations: interrupted after two
-    chunks of 10 iterations and resumed, it matches the uninterrupted fit."""
+    chunks of 10 iterations and resumed, it matches the uninterrupted fit. The default
+    run checks the same on planted data in test_mcvq_interrupted_then_resumed."""
     x = np.asarray(shapes.generate(jax.random.key(0)).x_train)
     options = dict(rng_key=jax.random.key(1), max_iterations=60, num_restarts=2,
                    variance_floor=0.3, tol=1e-5)
@@ -308,7 +314,10 @@ def mixture_data():
     return np.asarray(jax.random.normal(jax.random.key(0), (180, 2))) + centres
 
 
-@pytest.mark.parametrize("mode", ["stochastic", "map", "nearest"])
+# The default run checks the chunks and the resume of the mixture's EM loop with the
+# stochastic mode; the hard modes run the same loop (slow run).
+@pytest.mark.parametrize("mode", ["stochastic", pytest.param("map", marks=pytest.mark.slow),
+                                  pytest.param("nearest", marks=pytest.mark.slow)])
 def test_mixture_chunks_and_resume_are_bit_identical(mixture_data, tmp_path, monkeypatch,
                                                       mode):
     options = dict(mode=mode, rng_key=jax.random.key(1), tol=1e-10)
@@ -355,8 +364,11 @@ def gvq_data():
 
 # Gibbs association flickers, so a 12-iteration budget may end unconverged (warned):
 # the budget, not convergence, is what the chunks must reproduce.
+# The default run checks "exact", and a fit that draws random numbers at every step in
+# test_svi_chunks_and_resume_are_bit_identical[gvq]; "gibbs" (a compilation of its own)
+# runs in the slow run.
 @pytest.mark.filterwarnings("ignore::ppl_models.diagnostics.ConvergenceWarning")
-@pytest.mark.parametrize("method", ["exact", "gibbs"])
+@pytest.mark.parametrize("method", ["exact", pytest.param("gibbs", marks=pytest.mark.slow)])
 def test_gvq_chunks_and_resume_are_bit_identical(gvq_data, tmp_path, monkeypatch, method):
     """``gibbs`` draws random numbers every iteration (keys fold_in(key, iteration))."""
     options = dict(method=method, rng_key=jax.random.key(1), max_iterations=12,
