@@ -60,8 +60,9 @@ at n = 32 then 32 walks of 512 moves): EM with tabu ended 38% below EM with br+m
 these learned features: the fit's budget was above the reference on 23% of the
 patches (3.3% on average). At n = 16 EM with tabu followed EM with exact search to
 the same error (0.4909), with the exact state on every patch; br+mf ended 19%
-above, and the default tabu options reached the exact minimum on 76% of the patches
-of the exact-learned features. ``--quick`` (seed 0, 1, 2): tabu 33-39% below br+mf,
+above, and the default tabu options of that time (16 walks of 64 moves, tenure 4;
+now 32 walks) reached the exact minimum on 76% of the patches of the exact-learned
+features. ``--quick`` (seed 0, 1, 2): tabu 33-39% below br+mf,
 and equal to exact at n = 16.
 
 Figures: ``overcomplete_gvq_features.png`` (the 32 learned 4 x 4 features of the tabu
