@@ -3,7 +3,7 @@
 With more features than dimensions (n > dim) the energy E_x(s) = ||x - s F||^2 has
 many deep local minima far apart in Hamming distance (sums of features nearly cancel),
 and the papers' methods (BP, BR, MF, Gibbs), which settle into the first minimum they
-meet, end tens of percent above the optimum. Association is then a binary quadratic
+meet, end tens to hundreds of percent above the optimum. Association is then a binary quadratic
 program per example, the problem that quadratic unconstrained binary optimisation
 (QUBO) solvers address; among their heuristics, one-flip tabu search (F. Glover,
 "Tabu search -- Part I", ORSA Journal on Computing 1(3), 1989; for QUBO: F. Glover,
