@@ -23,10 +23,18 @@ from inference.association.base import (
     AssociationResult,
     check_options,
 )
-from inference.association.directed import prior_offset
-from ppl_models.validation import check_positive, check_positive_int
+from inference.association.directed import (
+    DBR_MAX_STATES,
+    SCHEDULES,
+    _joint_states,
+    _max_parents,
+    parent_lists,
+    prior_offset,
+)
+from ppl_models.validation import check_positive, check_positive_int, is_traced
 
-__all__ = ["DBPInfo", "DBPState", "dbp_init", "dbp_step", "run_dbp", "validate_dbp"]
+__all__ = ["DBPInfo", "DBPState", "dbp_init", "dbp_step", "resolve_integral", "run_dbp",
+           "validate_dbp"]
 
 #: App. D: sigma <- sigma / alpha after every iteration, "in our experiments we use alpha = 2".
 DBP_ALPHA = 2.0
@@ -38,6 +46,12 @@ DBP_NUM_ITERATIONS = 12
 DBP_NUM_NODES = 64
 #: A rho message that moves by less than this probability in the last iteration has settled.
 DBP_TOL = 1e-3
+#: The default message schedule; the module docstring of
+#: :mod:`inference.association.directed` gives the measurement behind it.
+DBP_SCHEDULE = "sequential"
+#: How lambda is computed: the paper's integral transform, or the sum over parent states.
+INTEGRALS = ("auto", "exact", "quadrature")
+DBP_INTEGRAL = "auto"
 
 
 # ----------------------------------------------------------------------------- DBP
@@ -110,13 +124,14 @@ def dbp_init(problem: AssociationProblem, *, start_sigma=DBP_START_SIGMA) -> DBP
     """
     features, x = problem.features, problem.x
     dim = features.shape[1]
+    num_examples = x.shape[0]
     prior = -0.5 * prior_offset(problem.tempered(1.0).linear, x, features)
     states = (prior > 0).astype(jnp.int32)
     energy = problem.energy(states)
     return DBPState(
         messages=jnp.repeat(prior[:, :, None], dim, axis=2), prior=prior, beliefs=prior,
         states=states, best_states=states, best_energy=energy,
-        sigma=jnp.asarray(start_sigma, x.dtype), converged=jnp.zeros(x.shape[0], bool))
+        sigma=jnp.asarray(start_sigma, x.dtype), converged=jnp.zeros(num_examples, bool))
 
 
 def _exclusive_product(factors, axis):
@@ -130,44 +145,126 @@ def _exclusive_product(factors, axis):
     return before * jnp.flip(after, axis=axis)
 
 
+def _quadrature_column(rho, weights, x_a, sigma, nodes, node_weights):
+    """log lambda_{a->j}(1) / lambda_{a->j}(0) for every j, by the integral transform (eq. 35).
+
+    rho (n,): log-odds of rho_{j->a}; weights (n,): F[:, a] (0 off the edges).
+    Returns the log-ratios (n,) and the number of entries that came out <= 0
+    (clamped to the smallest positive float; counted on the edges only).
+    """
+    t = math.sqrt(2.0) * nodes / sigma  # (Q,)
+    phase = jax.lax.complex(jnp.cos(t[:, None] * weights), -jnp.sin(t[:, None] * weights))
+    factors = jax.nn.sigmoid(-rho) + jax.nn.sigmoid(rho) * phase  # (Q, n)
+    front = node_weights * jax.lax.complex(jnp.cos(t * x_a), jnp.sin(t * x_a))  # (Q,)
+    integrand = front[:, None] * _exclusive_product(factors, axis=1)
+    lam0 = jnp.real(jnp.sum(integrand, axis=0))
+    lam1 = jnp.real(jnp.sum(integrand * phase, axis=0))
+    edge = weights != 0
+    clamped = jnp.sum(edge & (lam0 <= 0)) + jnp.sum(edge & (lam1 <= 0))
+    tiny = jnp.finfo(lam0.dtype).tiny
+    ratio = jnp.log(jnp.maximum(lam1, tiny)) - jnp.log(jnp.maximum(lam0, tiny))
+    return jnp.where(edge, ratio, 0.0), clamped
+
+
+def _exact_column(rho, weights, x_a, sigma, parents, mask, joint):
+    """log lambda_{a->j}(1) / lambda_{a->j}(0) by summing eq. 31 over the parents' 2^K states.
+
+    In the log domain (``logsumexp``), so exact at every sigma; nothing is clamped.
+    parents, mask (K,): the visible unit's parent slots; joint (2^K, K) their states.
+    """
+    w = jnp.where(mask, weights[parents], 0.0)
+    m = jnp.where(mask, rho[parents], 0.0)
+    log_rho = joint * jax.nn.log_sigmoid(m) + (1.0 - joint) * jax.nn.log_sigmoid(-m)
+    log_rho = jnp.where(mask, log_rho, 0.0)  # (2^K, K)
+    total = -jnp.square(x_a - joint @ w) / (2.0 * jnp.square(sigma)) + jnp.sum(log_rho, axis=1)
+    others = total[:, None] - log_rho  # (2^K, K): without each slot's own rho
+    on = joint == 1
+    log1 = jax.nn.logsumexp(jnp.where(on, others, -jnp.inf), axis=0)
+    log0 = jax.nn.logsumexp(jnp.where(on, -jnp.inf, others), axis=0)
+    ratio = jnp.zeros_like(rho).at[parents].add(jnp.where(mask, log1 - log0, 0.0))
+    return ratio, jnp.zeros((), jnp.int32)
+
+
+def resolve_integral(features, integral=DBP_INTEGRAL, max_parents=None,
+                     max_states=DBR_MAX_STATES):
+    """The lambda computation that ``integral`` means here, and K: ``(name, max_parents)``.
+
+    ``"auto"`` is ``"exact"`` when the 2^K joint states of a visible unit's K parents
+    number at most ``max_states``, else ``"quadrature"``. K is ``max_parents`` if
+    given, else the largest number of parents for concrete features, else n.
+    Static: it runs at trace time.
+    """
+    if integral not in INTEGRALS:
+        raise ValueError(f"integral must be one of {INTEGRALS}; got {integral!r}")
+    num_features = features.shape[0]
+    if max_parents is None:
+        max_parents = num_features if is_traced(features) else _max_parents(features)
+    max_parents = max(1, min(int(max_parents), num_features))
+    if integral == "auto":
+        integral = "exact" if 2**max_parents <= max_states else "quadrature"
+    return integral, max_parents
+
+
 def dbp_step(state: DBPState, problem: AssociationProblem, *, num_nodes=DBP_NUM_NODES,
-             tol=DBP_TOL):
-    """One DBP iteration at ``state.sigma``: lambda (eq. 35), rho (eq. 32), states, sigma / 2.
+             tol=DBP_TOL, schedule=DBP_SCHEDULE, integral=DBP_INTEGRAL, max_parents=None,
+             max_states=DBR_MAX_STATES, alpha=DBP_ALPHA):
+    """One DBP iteration: lambda (eq. 35 or 31), rho (eq. 32), states; then sigma / ``alpha``.
+
+    ``schedule="sequential"`` visits the visible units in order, each sending its
+    lambda messages to its parents, whose rho messages to the other visible units
+    change at once; ``"parallel"`` computes every lambda from the same rho (App. D
+    read literally). ``integral="quadrature"`` is the paper's Gauss-Hermite integral
+    transform, O(n d Q); ``"exact"`` sums eq. 31 over the parents' joint states in
+    the log domain, O(d 2^K K) (``max_parents`` = K, static; default as
+    :func:`dbr_init`); ``"auto"`` picks (:func:`resolve_integral`).
 
     Returns
     -------
     (DBPState, DBPInfo)
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
     features, x = problem.features, problem.x
+    integral, max_parents = resolve_integral(features, integral, max_parents, max_states)
+    num_features, dim = features.shape
     dtype = x.dtype
-    sigma = state.sigma
-    nodes, weights = np.polynomial.hermite.hermgauss(num_nodes)
-    nodes = jnp.asarray(nodes, dtype)
-    weights = jnp.asarray(weights / math.sqrt(math.pi), dtype)
-    t = math.sqrt(2.0) * nodes / sigma  # (Q,)
     edges = features != 0  # (n, d)
     num_entries = jnp.maximum(2 * jnp.sum(edges), 1)
-    # e^{-i t y F[k, a]}: the factor of s_k = 1 in the product, and of s_j = 1 in front.
-    phase = jax.lax.complex(jnp.cos(t[:, None, None] * features),
-                            -jnp.sin(t[:, None, None] * features))  # (Q, n, d)
-    tiny = jnp.finfo(dtype).tiny
+    sigma = jnp.asarray(state.sigma, dtype)
+    if integral == "quadrature":
+        nodes, node_weights = np.polynomial.hermite.hermgauss(num_nodes)
+        nodes = jnp.asarray(nodes, dtype)
+        node_weights = jnp.asarray(node_weights / math.sqrt(math.pi), dtype)
 
-    def update_one(x_row, prior, messages):
-        one = jax.nn.sigmoid(messages)
-        zero = jax.nn.sigmoid(-messages)
-        others = _exclusive_product(zero + one * phase, axis=1)  # (Q, n, d)
-        front = weights[:, None] * jax.lax.complex(jnp.cos(t[:, None] * x_row),
-                                                   jnp.sin(t[:, None] * x_row))  # (Q, d)
-        integrand = front[:, None, :] * others
-        lam0 = jnp.real(jnp.sum(integrand, axis=0))  # (n, d)
-        lam1 = jnp.real(jnp.sum(integrand * phase, axis=0))
-        clamped = jnp.sum(edges & (lam0 <= 0)) + jnp.sum(edges & (lam1 <= 0))
-        ratio = jnp.log(jnp.maximum(lam1, tiny)) - jnp.log(jnp.maximum(lam0, tiny))
-        ratio = jnp.where(edges, ratio, 0.0)
+        def column(rho, a, x_a):
+            return _quadrature_column(rho, features[:, a], x_a, sigma, nodes, node_weights)
+    else:
+        parents, mask = parent_lists(features, max_parents)
+        joint = _joint_states(max_parents, dtype)
+
+        def column(rho, a, x_a):
+            return _exact_column(rho, features[:, a], x_a, sigma, parents[a], mask[a], joint)
+
+    def update_one(x_row, prior, messages, beliefs):
+        if schedule == "parallel":
+            ratio, clamped = jax.vmap(column, in_axes=(1, 0, 0), out_axes=(1, 0))(
+                messages, jnp.arange(dim), x_row)
+            clamped = jnp.sum(clamped)
+        else:
+            def visit(carry, a):
+                ratio, clamped = carry
+                rho = prior + jnp.sum(ratio, axis=1) - ratio[:, a]
+                new, count = column(rho, a, x_row[a])
+                return (ratio.at[:, a].set(new), clamped + count), None
+
+            ratio = jnp.where(edges, beliefs[:, None] - messages, 0.0)
+            (ratio, clamped), _ = jax.lax.scan(visit, (ratio, jnp.zeros((), jnp.int32)),
+                                               jnp.arange(dim))
         beliefs = prior + jnp.sum(ratio, axis=1)
         return beliefs[:, None] - ratio, beliefs, clamped.astype(jnp.int32)
 
-    messages, beliefs, clamped = jax.vmap(update_one)(x, state.prior, state.messages)
+    messages, beliefs, clamped = jax.vmap(update_one)(x, state.prior, state.messages,
+                                                      state.beliefs)
     states = (beliefs > 0).astype(jnp.int32)
     energy = problem.energy(states)
     better = energy < state.best_energy
@@ -177,14 +274,15 @@ def dbp_step(state: DBPState, problem: AssociationProblem, *, num_nodes=DBP_NUM_
         messages=messages, prior=state.prior, beliefs=beliefs, states=states,
         best_states=jnp.where(better[:, None], states, state.best_states),
         best_energy=jnp.where(better, energy, state.best_energy),
-        sigma=sigma / DBP_ALPHA, converged=(clamped == 0) & (change <= tol))
+        sigma=sigma / alpha, converged=(clamped == 0) & (change <= tol))
     info = DBPInfo(energy, change, clamped, clamped / num_entries, sigma)
     return new_state, info
 
 
 def run_dbp(problem: AssociationProblem, *, rng_key=None, start_sigma=DBP_START_SIGMA,
-            num_iterations=DBP_NUM_ITERATIONS, num_nodes=DBP_NUM_NODES,
-            tol=DBP_TOL) -> AssociationResult:
+            num_iterations=DBP_NUM_ITERATIONS, num_nodes=DBP_NUM_NODES, tol=DBP_TOL,
+            schedule=DBP_SCHEDULE, integral=DBP_INTEGRAL, max_parents=None,
+            max_states=DBR_MAX_STATES, alpha=DBP_ALPHA) -> AssociationResult:
     """Annealed directed belief propagation (module docstring), jittable.
 
     Parameters
@@ -193,14 +291,28 @@ def run_dbp(problem: AssociationProblem, *, rng_key=None, start_sigma=DBP_START_
     rng_key : ignored
         DBP is deterministic.
     start_sigma : float
-        Noise of the first iteration (default 1.0); sigma halves after each.
+        Noise of the first iteration (default 1.0); sigma is divided by ``alpha``
+        after each.
     num_iterations : int
-        Iterations (default 12); the last runs at start_sigma / 2^(num_iterations - 1).
+        Iterations (default 12); without a floor the last runs at
+        start_sigma / alpha^(num_iterations - 1).
     num_nodes : int
-        Gauss-Hermite nodes Q (default 64); see the module docstring for the
-        sigma below which they stop being enough.
+        Gauss-Hermite nodes Q of ``integral="quadrature"`` (default 64).
     tol : float
         Largest change of a rho probability in the last iteration for ``converged``.
+    schedule : {"sequential", "parallel"}
+        Message schedule (default sequential; see :func:`dbp_step`).
+    integral : {"auto", "exact", "quadrature"}
+        How lambda is computed (default ``"auto"``: the exact sum where a visible
+        unit's parents have at most ``max_states`` joint states, else the paper's
+        quadrature; see :func:`dbp_step`).
+    max_parents : int, optional
+        K of the exact sum (static), as ``"dbr"``'s option: under ``jit`` with
+        traced features the default is n.
+    max_states : int
+        Most joint parent states the exact sum may enumerate (default 2^12).
+    alpha : float
+        Annealing factor (default 2, App. D); 1 holds sigma fixed.
 
     Returns
     -------
@@ -210,7 +322,9 @@ def run_dbp(problem: AssociationProblem, *, rng_key=None, start_sigma=DBP_START_
     del rng_key
 
     def body(state, _):
-        state, info = dbp_step(state, problem, num_nodes=num_nodes, tol=tol)
+        state, info = dbp_step(state, problem, num_nodes=num_nodes, tol=tol, schedule=schedule,
+                               integral=integral, max_parents=max_parents,
+                               max_states=max_states, alpha=alpha)
         return state, jnp.mean(info.energy)
 
     state, trace = jax.lax.scan(body, dbp_init(problem, start_sigma=start_sigma), None,
@@ -220,13 +334,48 @@ def run_dbp(problem: AssociationProblem, *, rng_key=None, start_sigma=DBP_START_
 
 
 def validate_dbp(features, options):
-    """Check the options of ``"dbp"`` (names, types, positive values) before ``jit``."""
+    """Check the options of ``"dbp"`` (names, types, values) before ``jit``.
+
+    Raises
+    ------
+    TypeError
+        Unknown option or wrong type.
+    ValueError
+        Non-positive numbers, ``alpha`` below 1, an unknown ``schedule`` or
+        ``integral``, and for ``integral="exact"`` the checks of ``"dbr"`` on
+        ``max_parents`` and ``max_states`` (2^K joint parent states).
+    """
     check_options(options, start_sigma=(int, float), num_iterations=int, num_nodes=int,
-                  tol=(int, float))
+                  tol=(int, float), schedule=str, integral=str, max_parents=int,
+                  max_states=int, alpha=(int, float))
     check_positive(options.get("start_sigma", DBP_START_SIGMA), "start_sigma")
     check_positive_int(options.get("num_iterations", DBP_NUM_ITERATIONS), "num_iterations")
     check_positive_int(options.get("num_nodes", DBP_NUM_NODES), "num_nodes")
     check_positive(options.get("tol", DBP_TOL), "tol")
+    alpha = options.get("alpha", DBP_ALPHA)
+    if not alpha >= 1:
+        raise ValueError(f"alpha (the annealing factor) must be >= 1; got {alpha!r}")
+    for name, valid in (("schedule", SCHEDULES), ("integral", INTEGRALS)):
+        value = options.get(name)
+        if value is not None and value not in valid:
+            raise ValueError(f"{name} must be one of {valid}; got {value!r}")
+    max_states = check_positive_int(options.get("max_states", DBR_MAX_STATES), "max_states")
+    num_features = int(features.shape[0])
+    largest = _max_parents(features)
+    max_parents = options.get("max_parents")
+    if max_parents is not None:
+        check_positive_int(max_parents, "max_parents", maximum=num_features,
+                           why=" (num_features)")
+        if max_parents < largest:
+            raise ValueError(
+                f"max_parents must be at least the largest number of parents of a visible "
+                f"unit, {largest}; got {max_parents}")
+    slots = largest if max_parents is None else max_parents
+    if options.get("integral") == "exact" and 2**slots > max_states:
+        raise ValueError(
+            f"dbp: integral='exact' sums over the 2^{slots} = {2**slots} joint states of a "
+            f"visible unit's parents, more than max_states={max_states}; use "
+            "integral='quadrature' (the integral transform) or raise max_states")
 
 
 METHODS["dbp"] = AssociationMethod(run=run_dbp, validate=validate_dbp, randomized=False)
