@@ -306,7 +306,12 @@ def reproduction_page(summary_data: dict, figures_dir: Path | None = FIGURES) ->
              + f", on a machine with {versions.get('cpu_count', '?')} CPU cores, at {size}: "
              f"{len(records)} experiments, {len(summary_data['findings'])} findings ("
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "), "
-             f"{summary_data['total_seconds'] / 60:.1f} minutes of wall time.", "",
+             f"{summary_data['total_seconds'] / 60:.1f} minutes of wall time.", ""]
+    for item in summary_data.get("amended", []):
+        lines += [f"``{item['experiment']}`` was rerun on its own (``ppl-zoo reproduce --full "
+                  f"--only {item['experiment']}``), started {escape(item['created'])} at commit "
+                  f"``{item['commit']}``: {escape(item['why'])}.", ""]
+    lines += [
              "Verdicts: *holds* (within the tolerance the finding states), *partly*, "
              "*differs* (by how much is in the row), *not checked* (the run was too small "
              "to test it), *failed* (the example did not finish). Each experiment is an "
