@@ -142,6 +142,8 @@ __all__ = [
     "DBRState",
     "dbr_init",
     "dbr_step",
+    "joint_states",
+    "largest_parent_count",
     "parent_lists",
     "prior_offset",
     "run_dbr",
@@ -185,7 +187,7 @@ def parent_lists(features, max_parents: int):
     return order.astype(jnp.int32), jnp.take_along_axis(connected, order, axis=1)
 
 
-def _max_parents(features) -> int:
+def largest_parent_count(features) -> int:
     """Largest number of parents of a visible unit, for concrete features."""
     return int(np.max(np.sum(np.asarray(features) != 0, axis=0), initial=0))
 
@@ -199,7 +201,7 @@ def prior_offset(linear, x, features):
     return jnp.where(jnp.abs(offset) <= _PRIOR_SNAP * scale, 0.0, offset)
 
 
-def _joint_states(num_parents: int, dtype):
+def joint_states(num_parents: int, dtype):
     """All 2^K parent states (2^K, K); row i holds the bits of i, bit j in column j."""
     index = np.arange(1 << num_parents)[:, None]
     return jnp.asarray((index >> np.arange(num_parents)) & 1, dtype)
@@ -270,7 +272,7 @@ def dbr_init(problem: AssociationProblem, *, max_parents: int | None = None) -> 
     features, x = problem.features, problem.x
     num_features, dim = features.shape
     if max_parents is None:
-        max_parents = num_features if is_traced(features) else _max_parents(features)
+        max_parents = num_features if is_traced(features) else largest_parent_count(features)
     max_parents = max(1, min(int(max_parents), num_features))
     prior = prior_offset(problem.energy.linear, x, features)
     states = (prior < 0).astype(jnp.int32)
@@ -301,7 +303,7 @@ def dbr_step(state: DBRState, problem: AssociationProblem, *, tol=DBR_TOL,
     max_parents = state.messages.shape[-1]
     parents, mask = parent_lists(features, max_parents)
     weights = jnp.where(mask, features[parents, jnp.arange(dim)[:, None]], 0.0)  # (d, K)
-    joint = _joint_states(max_parents, x.dtype)  # (2^K, K)
+    joint = joint_states(max_parents, x.dtype)  # (2^K, K)
     predictions = joint @ weights.T  # (2^K, d)
 
     def scatter(messages):  # sum of the messages into each hidden unit
@@ -417,7 +419,7 @@ def validate_dbr(features, options):
     check_positive(options.get("tol", DBR_TOL), "tol")
     max_states = check_positive_int(options.get("max_states", DBR_MAX_STATES), "max_states")
     num_features = int(features.shape[0])
-    largest = _max_parents(features)
+    largest = largest_parent_count(features)
     if 2**largest > max_states:
         raise ValueError(
             f"dbr: a visible unit has {largest} parents: 2^{largest} = {2**largest} joint "

@@ -26,8 +26,8 @@ from inference.association.base import (
 from inference.association.directed import (
     DBR_MAX_STATES,
     SCHEDULES,
-    _joint_states,
-    _max_parents,
+    joint_states,
+    largest_parent_count,
     parent_lists,
     prior_offset,
 )
@@ -198,7 +198,7 @@ def resolve_integral(features, integral=DBP_INTEGRAL, max_parents=None,
         raise ValueError(f"integral must be one of {INTEGRALS}; got {integral!r}")
     num_features = features.shape[0]
     if max_parents is None:
-        max_parents = num_features if is_traced(features) else _max_parents(features)
+        max_parents = num_features if is_traced(features) else largest_parent_count(features)
     max_parents = max(1, min(int(max_parents), num_features))
     if integral == "auto":
         integral = "exact" if 2**max_parents <= max_states else "quadrature"
@@ -240,7 +240,7 @@ def dbp_step(state: DBPState, problem: AssociationProblem, *, num_nodes=DBP_NUM_
             return _quadrature_column(rho, features[:, a], x_a, sigma, nodes, node_weights)
     else:
         parents, mask = parent_lists(features, max_parents)
-        joint = _joint_states(max_parents, dtype)
+        joint = joint_states(max_parents, dtype)
 
         def column(rho, a, x_a):
             return _exact_column(rho, features[:, a], x_a, sigma, parents[a], mask[a], joint)
@@ -361,7 +361,7 @@ def validate_dbp(features, options):
             raise ValueError(f"{name} must be one of {valid}; got {value!r}")
     max_states = check_positive_int(options.get("max_states", DBR_MAX_STATES), "max_states")
     num_features = int(features.shape[0])
-    largest = _max_parents(features)
+    largest = largest_parent_count(features)
     max_parents = options.get("max_parents")
     if max_parents is not None:
         check_positive_int(max_parents, "max_parents", maximum=num_features,
