@@ -70,7 +70,8 @@ is the parallel schedule's: the sequential one stays near exact search to k = 10
   t = sqrt(2) / sigma. *(corrected)*: the paper's eq. 35 drops the sqrt(2) and
   has e^{+i y f/sigma} in the product, which does not match its own
   u = x - f_j s_j - sum_k f_k s_k. The integral is a Gauss-Hermite sum over
-  ``num_nodes`` = Q nodes, in complex arithmetic: O(n d Q). The default
+  ``num_nodes`` = Q nodes (default max(64, 4 K): a sum of more parents spreads
+  wider and needs more), in complex arithmetic: O(n d Q). The default
   ``integral="auto"`` sums exactly where 2^K <= ``max_states`` (4096: K <= 12, all
   of the paper's problems) and uses the quadrature beyond.
 
