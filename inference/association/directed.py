@@ -141,6 +141,7 @@ __all__ = [
     "DBR_MAX_STATES",
     "DBRInfo",
     "DBRState",
+    "check_max_parents",
     "dbr_init",
     "dbr_step",
     "joint_states",
@@ -401,6 +402,24 @@ def run_dbr(problem: AssociationProblem, *, rng_key=None, max_iterations=DBR_MAX
     return AssociationResult(best, problem.exact_energy(best), state.converged, trace)
 
 
+def check_max_parents(features, max_parents):
+    """Check the option ``max_parents`` (K) of DBR and DBP on concrete features; return it.
+
+    Raises ``TypeError``/``ValueError`` unless it is None or an integer between the
+    largest number of parents of a visible unit and n.
+    """
+    if max_parents is None:
+        return None
+    check_positive_int(max_parents, "max_parents", maximum=int(features.shape[0]),
+                       why=" (num_features)")
+    largest = largest_parent_count(features)
+    if max_parents < largest:
+        raise ValueError(
+            f"max_parents must be at least the largest number of parents of a visible "
+            f"unit, {largest}; got {max_parents}")
+    return max_parents
+
+
 def validate_dbr(features, options):
     """Check the options of ``"dbr"`` on concrete features (before ``jit``).
 
@@ -427,17 +446,8 @@ def validate_dbr(features, options):
             f"states exceed max_states={max_states}; DBR is exponential in the number of "
             "parents and needs a sparse F (paper sec. 4.2.2): use 'mf', 'br' or 'dbp', or "
             "raise max_states")
-    max_parents = options.get("max_parents")
-    if max_parents is not None:
-        check_positive_int(max_parents, "max_parents", maximum=num_features,
-                           why=" (num_features)")
-        if max_parents < largest:
-            raise ValueError(
-                f"max_parents must be at least the largest number of parents of a visible "
-                f"unit, {largest}; got {max_parents}")
-        slots = max_parents
-    else:
-        slots = num_features
+    max_parents = check_max_parents(features, options.get("max_parents"))
+    slots = num_features if max_parents is None else max_parents
     if 2**slots > max_states:
         raise ValueError(
             f"dbr: max_parents={max_parents} enumerates 2^{slots} = {2**slots} joint states "

@@ -26,6 +26,7 @@ from inference.association.base import (
 from inference.association.directed import (
     DBR_MAX_STATES,
     SCHEDULES,
+    check_max_parents,
     joint_states,
     largest_parent_count,
     parent_lists,
@@ -369,17 +370,8 @@ def validate_dbp(features, options):
         if value is not None and value not in valid:
             raise ValueError(f"{name} must be one of {valid}; got {value!r}")
     max_states = check_positive_int(options.get("max_states", DBR_MAX_STATES), "max_states")
-    num_features = int(features.shape[0])
-    largest = largest_parent_count(features)
-    max_parents = options.get("max_parents")
-    if max_parents is not None:
-        check_positive_int(max_parents, "max_parents", maximum=num_features,
-                           why=" (num_features)")
-        if max_parents < largest:
-            raise ValueError(
-                f"max_parents must be at least the largest number of parents of a visible "
-                f"unit, {largest}; got {max_parents}")
-    slots = largest if max_parents is None else max_parents
+    max_parents = check_max_parents(features, options.get("max_parents"))
+    slots = largest_parent_count(features) if max_parents is None else max_parents
     if options.get("integral") == "exact" and 2**slots > max_states:
         raise ValueError(
             f"dbp: integral='exact' sums over the 2^{slots} = {2**slots} joint states of a "
