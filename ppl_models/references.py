@@ -102,6 +102,14 @@ REFERENCES = {ref.key: ref for ref in (
               "Intelligence and Statistics (AISTATS)", 2001),
     Reference("prml", ("C. M. Bishop",), "Pattern recognition and machine learning",
               "Springer", 2006, kind="book"),
+    Reference("minka_pca", ("T. P. Minka",), "Automatic choice of dimensionality for PCA",
+              "Advances in Neural Information Processing Systems 13 (NIPS 2000)", 2001),
+    Reference("smc_samplers", ("P. Del Moral", "A. Doucet", "A. Jasra"),
+              "Sequential Monte Carlo samplers",
+              "Journal of the Royal Statistical Society, Series B 68(3)", 2006, kind="article"),
+    Reference("psis_loo", ("A. Vehtari", "A. Gelman", "J. Gabry"),
+              "Practical Bayesian model evaluation using leave-one-out cross-validation and "
+              "WAIC", "Statistics and Computing 27(5)", 2017, kind="article"),
 )}
 
 

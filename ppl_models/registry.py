@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["BadInput", "FAMILIES", "Family", "ModelInfo", "REGISTRY", "register",
+__all__ = ["BadInput", "FAMILIES", "Family", "ModelInfo", "REGISTRY", "Selection", "register",
            "register_family"]
 
 
@@ -99,6 +99,46 @@ class BadInput(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Selection:
+    """How a family's size parameter is chosen by ``inference.model_selection``.
+
+    Attributes
+    ----------
+    label : str
+        The candidates' column header in tables (``"k"``, ``"(K, J)"``, ``"q"``).
+    size : str
+        What a candidate is, in words (``"number of components"``).
+    criteria : tuple of str
+        The criteria the family computes (names of ``inference.app.selection.CRITERIA``).
+    default_criteria : tuple of str
+        Those computed when the caller names none.
+    scorer : callable
+        ``scorer(x, *, num_restarts, fit_options, vb_options, **options)`` -> an
+        :class:`inference.engine.selection.Scorer` that checks the data and fits and
+        scores one candidate at a time.
+    candidates : callable
+        ``candidates(values, num, dim)`` -> the checked candidates as a tuple (the
+        family's defaults when ``values`` is None); bad values raise errors naming
+        ``candidates``.
+    contains : callable, optional
+        ``contains(candidates, size)`` -> the smallest candidate that contains a size
+        surviving a pruning VB run (criterion ``"vb"``), or None.
+    options : tuple of str
+        Keyword arguments of ``model_selection`` that only this family takes (passed
+        to ``scorer``).
+    """
+
+    label: str
+    size: str
+    criteria: tuple[str, ...]
+    default_criteria: tuple[str, ...]
+    scorer: Callable
+    candidates: Callable
+    contains: Callable | None = None
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Family:
     """A model family's plug-in: everything the zoo's tools need to know about it.
 
@@ -127,6 +167,9 @@ class Family:
     bad_inputs : callable, optional
         ``() -> sequence of BadInput``: the cases of the bad-input table for the
         family's entry points (built lazily: they may need small data).
+    selection : Selection, optional
+        How ``inference.model_selection`` and ``ppl-zoo select`` choose the family's
+        size parameter; None for a family without one.
     """
 
     name: str
@@ -138,6 +181,7 @@ class Family:
     comparisons: Mapping[str, Callable] = field(default_factory=dict)
     experiments: tuple = ()
     bad_inputs: Callable[[], Any] | None = None
+    selection: Selection | None = None
 
     @property
     def models(self) -> tuple[str, ...]:

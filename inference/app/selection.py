@@ -1,14 +1,16 @@
-"""Model selection for MCVQ and the Gaussian mixture: VB bound, CV, training fit, BIC, LOO.
+"""Model selection for every family: VB bound, CV, BIC, AIC, PSIS-LOO, WAIC, evidence.
 
 The "current directions" of the MCVQ slides (Ross and Zemel (2002): VB MCVQ, model
-selection): choose the number and size of the VQs (MCVQ) or the
-number of components (mixture) by the variational lower bound on the evidence,
-and compare it with the training likelihood (which does not penalise
-complexity) and with cross-validation (expensive). :func:`model_selection`
-scores a list of candidates, or one over-complete VB model that prunes itself,
-under these criteria (every value is *per example, in nats, higher is better*):
+selection) ask to choose the size of a model by the variational lower bound on the
+evidence and to compare it with the training likelihood (which does not penalise
+complexity) and with cross-validation (expensive). :func:`model_selection` does this
+for every family whose plug-in declares a :class:`ppl_models.registry.Selection`:
+mixture k, MCVQ (K, J), GVQ number of features n, clipped-Gaussian hidden units P and
+PPCA components q. It scores a list of candidates (or, for the VB families, one
+over-complete VB model that prunes itself) under these criteria; every value is *per
+example, in nats, higher is better*, and each family lists the criteria it supports:
 
-* ``"vb"`` -- the VB lower bound L(Q) / N of ``fit_vb_mcvq`` / ``fit_vb_mixture``
+* ``"vb"`` -- the VB lower bound L(Q) / N (``fit_vb_mcvq`` / ``fit_vb_mixture``)
   started at the candidate size (best of ``num_restarts`` runs; Corduneanu &
   Bishop 2001). With type-II ML weights a larger start contains every smaller
   model (a pruned VQ, state or component has weight 0 and KL 0), and a run
@@ -16,229 +18,104 @@ under these criteria (every value is *per example, in nats, higher is better*):
   candidate that contains the structure surviving in the run with the highest
   bound (its surviving size is reported per candidate, ``vb_sizes``);
 * ``"cv"`` -- ``num_folds``-fold cross-validated held-out log-likelihood per
-  example (every example held out once; SE over the fold means), fitting
-  ``fit_mcvq`` / ``fit_mixture(mode="stochastic", prune=False)`` on the other folds.
-  MCVQ's predictive is log p(x | mu, sigma, a = g, b = pi) with the fit's g and
-  mean state usage pi, exact when every candidate has J^K K <= 4096, else its
-  variational bound for every candidate (``notes`` says which;
-  :mod:`inference.mcvq.selection`);
+  example (every example held out once; SE over the fold means), fitting the
+  family's fast fit on the other folds (MCVQ's predictive: exact when every
+  candidate has J^K K <= 4096, else its variational bound; ``notes`` says which);
 * ``"train"`` -- the same score on the training data of a full-data fit (it
   grows with the size of the model: no penalty for complexity);
-* ``"bic"`` -- (train total log-likelihood - (p / 2) log N) / N (Schwarz 1978),
-  p from ``inference.mcvq.selection.num_parameters`` (MCVQ: 2 D K J + K (J - 1)
-  + D (K - 1)) or ``inference.mixture.selection.num_parameters`` (mixture);
-* ``"loo"`` -- PSIS-LOO elpd / N from arviz on NUTS draws of the program
-  (Vehtari et al. 2017): the mixture through
-  ``inference.mixture.baselines.fit_mixture_mcmc`` (the path of ``mixture_loo``),
-  MCVQ through NUTS on the Bayesian program's mu, tau with r fixed at the
-  full-data fit's argmax g and s enumerated
-  (``inference.mcvq.selection.loo_inference_data``). Run only where the
-  model is small enough (``loo_max_size`` on N D J^K for MCVQ, N k d for the
-  mixture, plus the hard limits of the enumeration and of ``fit_mixture_mcmc``);
-  otherwise skipped with the reason in ``skipped``. The comparison table of the
-  candidates where it ran is arviz's own: ``result.arviz_compare`` is
-  ``arviz.compare`` over their PSIS-LOO ``ELPDData`` (rank, elpd_loo, p_loo, elpd_diff,
-  weight, se, dse, warning, scale; every candidate's ``InferenceData`` comes from
-  ``arviz.from_numpyro``, :mod:`inference.engine.inference_data`).
+* ``"bic"`` -- (train total log-likelihood - (p / 2) log N) / N (Schwarz 1978) and
+  ``"aic"`` -- (train total log-likelihood - p) / N (Akaike 1974), p the family's
+  count of free parameters;
+* ``"loo"`` and ``"waic"`` -- PSIS-LOO elpd / N (Vehtari et al. 2017) and WAIC's
+  elpd / N (Watanabe 2010), both from arviz (``az.loo``, ``az.waic``) on the same
+  NUTS draws of the program and their pointwise log-likelihood; run only where the
+  model is small enough (``loo_max_size``), otherwise skipped with the reason in
+  ``skipped``. ``result.arviz_compare`` is ``arviz.compare`` over the candidates'
+  PSIS-LOO;
+* ``"evidence"`` -- the reference: log p(x | candidate) / N, the log marginal
+  likelihood of the candidate's Bayesian program (its priors, discrete sites summed
+  out by enumeration) by adaptive tempered SMC
+  (:func:`inference.program.evidence.log_evidence`), with the standard error of
+  independent repeats; only where the family's program allows it
+  (``evidence_max_size``);
+* ``"laplace"`` (PPCA) -- Minka's Laplace approximation of the evidence for the
+  dimensionality of PCA (NIPS 2000), and ``"pca_mle"`` (PPCA) -- scikit-learn's
+  ``PCA(n_components="mle")``, which implements the same criterion.
 
-Choices. ``"train"`` and ``"bic"`` take the largest value, ``"cv"`` and ``"loo"``
-the smallest candidate within one standard error of the best (the SE of the
-per-example paired difference, as arviz's ``dse``; the one-SE rule), ``"vb"``
-the smallest candidate containing what survives in the best-bound run; ties
-within ``TIE_TOLERANCE`` go to the smallest candidate (by K, then J), since a
-larger model whose extra VQ, state or component stays unused scores the same.
+Choices. ``"train"``, ``"bic"``, ``"aic"``, ``"evidence"`` and ``"laplace"`` take the
+largest value, ``"cv"``, ``"loo"`` and ``"waic"`` the smallest candidate within one
+standard error of the best (the SE of the per-example paired difference, as arviz's
+``dse``; the one-SE rule), ``"vb"`` the smallest candidate containing what survives
+in the best-bound run; ties within ``TIE_TOLERANCE`` go to the smallest candidate
+(by K, then J), since a larger model whose extra VQ, state or component stays unused
+scores the same.
 
 References
 ----------
 D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
 University of Toronto, 2002: VB MCVQ and model selection.
-D. A. Ross and R. S. Zemel, "Multiple cause vector quantization", Advances in Neural
-Information Processing Systems 15 (NIPS 2002), 2003.
 Corduneanu, A. and Bishop, C. M. (2001), "Variational Bayesian model selection for
 mixture distributions", AISTATS. Schwarz, G. (1978), "Estimating the dimension of a
-model", Annals of Statistics 6. Vehtari, A., Gelman, A. and Gabry, J. (2017),
-"Practical Bayesian model evaluation using leave-one-out cross-validation and
-WAIC", Statistics and Computing 27.
+model", Annals of Statistics 6. Akaike, H. (1974), "A new look at the statistical
+model identification", IEEE Transactions on Automatic Control 19. Watanabe, S. (2010),
+"Asymptotic equivalence of Bayes cross validation and widely applicable information
+criterion in singular learning theory", JMLR 11. Vehtari, A., Gelman, A. and Gabry,
+J. (2017), "Practical Bayesian model evaluation using leave-one-out cross-validation
+and WAIC", Statistics and Computing 27. Minka, T. P. (2001), "Automatic choice of
+dimensionality for PCA", Advances in Neural Information Processing Systems 13.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
-from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from inference.app.selection_rules import (
-    argmax,
-    folds,
-    one_se_choice,
-    smallest_containing,
-)
-from inference.mcvq import selection as mcvq_scores
-from inference.mcvq.vb import check_covered
-from inference.mixture.scorer import MixtureScorer
-from ppl_models import mixture
-from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
+from inference.app.families import load_families
+from inference.app.selection_result import ModelSelectionResult, PrunedModel, candidate_name
+from inference.app.selection_rules import argmax, folds, one_se_choice
+from ppl_models.validation import MissingKeyError, check_positive_int, check_rng_key
 
-__all__ = ["CRITERIA", "MODELS", "PrunedModel", "ModelSelectionResult", "model_selection"]
+__all__ = ["CRITERIA", "MODELS", "PrunedModel", "ModelSelectionResult", "model_selection",
+           "selectable_families"]
 
-#: The criteria, in table order.
-CRITERIA = ("vb", "cv", "train", "bic", "loo")
-#: The model families.
-MODELS = ("mcvq", "mixture")
-#: Default largest N D J^K (MCVQ) or N k d (mixture) for "loo": one log-density
+#: Every criterion, in table order (each family supports a subset).
+CRITERIA = ("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence", "laplace",
+            "pca_mle")
+#: The families selectable when this module was imported (see :func:`selectable_families`).
+MODELS = ()
+#: Default largest N D J^K (MCVQ) or N k d (mixture) for "loo" / "waic": one log-density
 #: evaluation of NUTS then holds at most this many numbers (2 MiB in float32),
 #: which keeps a chain of ~1000 iterations within minutes on 2 CPU cores.
 LOO_MAX_SIZE = 1 << 19
+#: Default largest problem for the reference evidence (each family says what it
+#: measures: e.g. N k d for the mixture, N d 2^n for GVQ).
+EVIDENCE_MAX_SIZE = 1 << 18
+#: Default settings of the reference evidence (``log_evidence``).
+EVIDENCE_OPTIONS = {"num_particles": 1000, "num_repeats": 4}
+#: The criteria (and the over-complete run) that draw keys split from rng_key, in order.
+_KEYED = ("vb", "cv", "train", "bic", "loo", "over")
 
 
-class PrunedModel(NamedTuple):
-    """The over-complete VB route: one VB model started large, pruned by its bound.
-
-    Attributes
-    ----------
-    start : tuple or int
-        (K_max, J_max) for MCVQ, k_max for the mixture.
-    size : tuple or int
-        What survived: (K, (J_1, ..., J_K)) for MCVQ, k for the mixture.
-    bound : float
-        L(Q) / N of the best of the runs (nats per example).
-    fit : VBMCVQResult or VBMixtureResult
-    """
-
-    start: object
-    size: object
-    bound: float
-    fit: object
+def selectable_families() -> dict:
+    """Family name -> its :class:`ppl_models.registry.Selection`, for every registered
+    family that declares one."""
+    return {name: fam.selection for name, fam in load_families().items()
+            if fam.selection is not None}
 
 
-class ModelSelectionResult(NamedTuple):
-    """Result of :func:`model_selection`.
-
-    Every value is a log-scale quantity per example (nats), *higher is better*.
-
-    Attributes
-    ----------
-    model : str
-        ``"mcvq"`` or ``"mixture"``.
-    candidates : tuple
-        (K, J) pairs (MCVQ) or numbers of components k (mixture).
-    values : dict
-        criterion -> tuple of float, one per candidate (nan where not computed).
-    choice : dict
-        criterion -> the chosen candidate (None when no candidate was scored);
-        ``"vb (pruned)"`` -> the surviving size of the over-complete model.
-    standard_errors : dict
-        ``"cv"``: SE of the fold means; ``"loo"``: arviz's se / N.
-    vb_sizes : tuple
-        Surviving size of the best VB run of every candidate ((K, (J_1..J_K)) or
-        k; None without ``"vb"``).
-    over_complete : PrunedModel or None
-    arviz_compare : pandas.DataFrame or None
-        The PSIS-LOO comparison table: ``arviz.compare`` over the ``arviz.loo``
-        ``ELPDData`` of the candidates where ``"loo"`` ran (two or more), indexed by
-        candidate name (``"3"``, ``"(2, 2)"``), best first; columns rank, elpd_loo,
-        p_loo, elpd_diff, weight, se, dse, warning, scale (totals over the examples,
-        where ``values["loo"]`` is per example). Also :attr:`compare_table`.
-    skipped : dict
-        criterion -> why it was not computed (for all or some candidates).
-    notes : tuple of str
-        How the values were obtained (CV predictive exact or bound,
-        non-converged fits, Pareto k, divergences).
-    """
-
-    model: str
-    candidates: tuple
-    values: dict
-    choice: dict
-    standard_errors: dict
-    vb_sizes: tuple
-    over_complete: PrunedModel | None
-    arviz_compare: object
-    skipped: dict
-    notes: tuple
-
-    @property
-    def compare_table(self):
-        """``arviz.compare``'s table of the candidates' PSIS-LOO (``arviz_compare``), or
-        None when fewer than two candidates ran ``"loo"``."""
-        return self.arviz_compare
-
-    def table(self) -> str:
-        """Candidates as rows, criteria as columns (nats per example, higher is better);
-        ``*`` marks each column's choice, (SE) follows CV and LOO values."""
-        criteria = list(self.values)
-        label = _label(self.model)
-        width = max([len(label)] + [len(_name(c)) for c in self.candidates]) + 2
-        cells = {c: 20 if c in self.standard_errors else 12 for c in criteria}
-        header = f"{label:<{width}s}" + "".join(f"{c:>{cells[c]}s}" for c in criteria)
-        if any(s is not None for s in self.vb_sizes):
-            header += "  vb survivors"
-        lines = [header]
-        for i, cand in enumerate(self.candidates):
-            row = f"{_name(cand):<{width}s}"
-            for c in criteria:
-                value = self.values[c][i]
-                text = "-" if not np.isfinite(value) else f"{value:.4f}"
-                if c in self.standard_errors and np.isfinite(value):
-                    text += f" ({self.standard_errors[c][i]:.3f})"
-                text += "*" if self.choice.get(c) == cand else " "
-                row += f"{text:>{cells[c]}s}"
-            if any(s is not None for s in self.vb_sizes):
-                row += f"  {_size_text(self.vb_sizes[i])}"
-            lines.append(row.rstrip())
-        lines.append("values: nats per example, higher is better; * = choice (cv, loo: "
-                     "smallest within one paired SE of the best)")
-        if self.over_complete is not None:
-            oc = self.over_complete
-            lines.append(f"vb (pruned) from {_name(oc.start)}: {_size_text(oc.size)}, bound "
-                         f"{oc.bound:.4f}")
-        lines += [f"skipped {c}: {why}" for c, why in self.skipped.items()]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-
-def _label(model):
-    return "(K, J)" if model == "mcvq" else "k"
-
-
-def _name(candidate):
-    return str(candidate) if not isinstance(candidate, tuple) else f"({candidate[0]}, " \
-        f"{candidate[1]})"
-
-
-def _size_text(size):
-    if size is None:
-        return "-"
-    if isinstance(size, tuple):
-        return f"{size[0]} VQs, states {list(size[1])}"
-    return f"{size} components"
-
-
-# --- checks ----------------------------------------------------------------------------
-
-def _check_candidates(candidates, model, num, dim):
-    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be a sequence of {'(K, J) pairs' if model == 'mcvq' else 'integers'}; got {candidates!r}")  # noqa: E501
-    candidates = tuple(candidates)
-    if not candidates:
-        raise ValueError("candidates must hold at least one candidate model; got an empty "
-                         "sequence")
-    checked = []
-    for cand in candidates:
-        if model == "mcvq":
-            if not isinstance(cand, tuple | list) or len(cand) != 2:
-                raise TypeError(f"candidates for model='mcvq' must be (K, J) pairs; got {cand!r}")
-            checked.append((check_positive_int(cand[0], "candidates K"),
-                            check_positive_int(cand[1], "candidates J")))
-        else:
-            checked.append(check_positive_int(cand, "candidates", maximum=num,
-                                              why=" (the number of examples, rows of x)"))
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"candidates must not repeat; got {candidates}")
-    return tuple(checked)
+def _check_criteria(criteria, spec, model):
+    if isinstance(criteria, str):
+        criteria = (criteria,)
+    criteria = tuple(criteria)
+    unknown = [c for c in criteria if c not in spec.criteria]
+    if unknown or not criteria or len(set(criteria)) != len(criteria):
+        raise ValueError(f"criteria must be distinct names among {spec.criteria} (those of "
+                         f"model={model!r}); got {list(criteria)!r}")
+    return tuple(c for c in CRITERIA if c in criteria)
 
 
 def _check_over_complete(over_complete, model, num):
@@ -250,70 +127,89 @@ def _check_over_complete(over_complete, model, num):
                             f"{over_complete!r}")
         return (check_positive_int(over_complete[0], "over_complete K_max"),
                 check_positive_int(over_complete[1], "over_complete J_max"))
+    if model != "mixture":
+        raise ValueError(f"over_complete applies to the VB families 'mixture' and 'mcvq'; got "
+                         f"model={model!r}")
     return check_positive_int(over_complete, "over_complete", maximum=num,
                               why=" (the number of examples, rows of x)")
 
 
-def _check_criteria(criteria):
-    if isinstance(criteria, str):
-        criteria = (criteria,)
-    criteria = tuple(criteria)
-    unknown = [c for c in criteria if c not in CRITERIA]
-    if unknown or not criteria or len(set(criteria)) != len(criteria):
-        raise ValueError(f"criteria must be distinct names among {CRITERIA}; got "
-                         f"{list(criteria)!r}")
-    return tuple(c for c in CRITERIA if c in criteria)
+class _Progress:
+    """A tqdm bar over the (criterion, candidate, fold) units of work, or nothing."""
+
+    def __init__(self, show, total):
+        self.bar = None
+        if show and total:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="model selection", unit="fit")
+
+    def step(self, what):
+        if self.bar is not None:
+            self.bar.set_postfix_str(what, refresh=False)
+            self.bar.update(1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
-# --- the entry point ----------------------------------------------------------------------
-
-def model_selection(x, candidates=None, *, model: str = "mcvq",
-                    criteria=("vb", "cv", "train", "bic", "loo"), over_complete=None,
-                    mask=None, rng_key, num_folds: int = 5, num_restarts: int = 3,
-                    covariance: str | None = None, loo_max_size: int = LOO_MAX_SIZE,
-                    num_warmup: int = 500, num_samples: int = 500, progress_bar: bool = False,
-                    vb_options=None, **fit_options) -> ModelSelectionResult:
-    """Score candidate MCVQs or mixtures by VB bound, CV, training fit, BIC and PSIS-LOO.
+def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
+                    over_complete=None, mask=None, covariance: str | None = None, rng_key,
+                    num_folds: int = 5, num_restarts: int = 3,
+                    loo_max_size: int = LOO_MAX_SIZE, num_warmup: int = 500,
+                    num_samples: int = 500, evidence_options=None,
+                    evidence_max_size: int = EVIDENCE_MAX_SIZE, progress_bar: bool = False,
+                    vb_options=None, options=None, **fit_options) -> ModelSelectionResult:
+    """Score a family's candidate sizes by VB, CV, BIC, AIC, LOO, WAIC and the evidence.
 
     Parameters
     ----------
     x : array (N, D)
         Data (MCVQ: entries where ``mask`` is False may hold anything).
     candidates : sequence, optional
-        (K, J) pairs for ``model="mcvq"`` (default K = 1..4 times J = 2..4), numbers
-        of components k for ``"mixture"`` (default 1..6, at most N). With
+        The candidate sizes: (K, J) pairs for ``model="mcvq"`` (default K = 1..4
+        times J = 2..4), integers for the other families (their defaults: mixture k =
+        1..6, GVQ n, clipped P and PPCA q from small to the data's limit). With
         ``over_complete`` and no candidates, only the over-complete model is run.
-    model : {"mcvq", "mixture"}
-    criteria : sequence of str
-        Among ``"vb", "cv", "train", "bic", "loo"`` (module docstring).
+    model : str
+        The family: ``"mixture"``, ``"mcvq"``, ``"gvq"``, ``"clipped"``, ``"ppca"``
+        (every family whose plug-in declares a selection; :func:`selectable_families`).
+    criteria : sequence of str, optional
+        Among the family's criteria (module docstring); default the family's
+        ``default_criteria`` (MCVQ, mixture: ``"vb", "cv", "train", "bic", "loo"``).
     over_complete : (K_max, J_max) or int, optional
-        Also run VB from this large model (best of ``num_restarts`` runs) and
-        report what survives as ``choice["vb (pruned)"]``.
+        MCVQ and mixture: also run VB from this large model (best of
+        ``num_restarts`` runs) and report what survives as ``choice["vb (pruned)"]``.
     mask : bool array (N, D), optional
         MCVQ only: True where x is observed.
+    covariance : {"full", "diag", "spherical"}, optional
+        Mixture only (default ``"full"``; VB needs ``"full"`` or ``"diag"``).
     rng_key : jax.random key
-        Split into the folds, the fits of every criterion and candidate, and the
-        chains; the result is a deterministic function of it.
+        Split into the folds, the fits of every criterion and candidate, the chains
+        and the SMC runs; the result is a deterministic function of it.
     num_folds : int
         2 .. N folds for ``"cv"``.
     num_restarts : int
-        Starts per EM fit (``fit_mcvq(num_restarts=)``, or the best
-        ``fit_mixture`` restart by likelihood among non-collapsed ones) and VB runs
-        per candidate (best bound kept).
-    covariance : {"full", "diag", "spherical"}, optional
-        Mixture only (default ``"full"``; VB needs ``"full"`` or ``"diag"``).
+        Starts per fit (best by the family's objective) and VB runs per candidate.
     loo_max_size : int
-        ``"loo"`` runs only where N D J^K (MCVQ) or N k d (mixture) is at most this.
+        ``"loo"`` and ``"waic"`` run only where the family's size measure (N D J^K
+        for MCVQ, N k d for the mixture) is at most this.
     num_warmup, num_samples : int
-        NUTS iterations for ``"loo"`` (one chain).
+        NUTS iterations for ``"loo"`` and ``"waic"`` (one chain).
+    evidence_options : dict, optional
+        Passed to :func:`inference.program.evidence.log_evidence` (default
+        ``EVIDENCE_OPTIONS``: 1000 particles, 4 repeats).
+    evidence_max_size : int
+        ``"evidence"`` runs only where the family's size measure is at most this.
     progress_bar : bool
-        NUTS progress bars.
+        A tqdm bar over the fits (and NUTS's own bars).
     vb_options : dict, optional
-        Passed to ``fit_vb_mcvq`` / ``fit_vb_mixture`` (``prune_threshold``,
-        ``max_iterations``, priors, ...).
+        Passed to ``fit_vb_mcvq`` / ``fit_vb_mixture``.
+    options : dict, optional
+        Further options of the family's scorer (its ``Selection.options``).
     **fit_options
-        Passed to ``fit_mcvq`` / ``fit_mixture`` (``max_iterations``,
-        ``max_iterations``, ``reg_covar``, ...).
+        Passed to the family's fit (``fit_mcvq``, ``fit_mixture``, ``fit_gvq``, ...).
 
     Returns
     -------
@@ -322,9 +218,10 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
     Raises
     ------
     ValueError
-        Unknown model or criterion, empty or repeated candidates, K, J or k < 1,
-        num_folds outside 2 .. N, bad data or mask, ``mask`` or ``covariance``
-        with the wrong model, ``"vb"`` with a spherical mixture.
+        Unknown model or criterion (for the family), empty or repeated candidates,
+        sizes outside the family's limits, num_folds outside 2 .. N, bad data or
+        mask, ``mask`` or ``covariance`` with the wrong model, ``"vb"`` with a
+        spherical mixture.
     TypeError
         No ``rng_key``, candidates of the wrong form.
 
@@ -338,134 +235,233 @@ def model_selection(x, candidates=None, *, model: str = "mcvq",
     >>> result.choice["bic"], result.choice["train"]
     (3, 4)
     """
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {MODELS}; got {model!r}")
+    specs = selectable_families()
+    if model not in specs:
+        raise ValueError(f"model must be one of {tuple(specs)}; got {model!r}")
+    spec = specs[model]
     if rng_key is None:
         raise MissingKeyError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)
-    criteria = _check_criteria(criteria)
-    if model == "mixture":
-        if mask is not None:
-            raise ValueError("mask is for model='mcvq' only (the mixture has no missing data); "
-                             "got a mask with model='mixture'")
-        covariance = "full" if covariance is None else covariance
-        if covariance not in mixture.COVARIANCES:
-            raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got "
-                             f"{covariance!r}")
-        if "vb" in criteria and covariance == "spherical":
-            raise ValueError("criterion 'vb' needs covariance 'full' or 'diag' (fit_vb_mixture); "
-                             "got 'spherical'")
-        x = check_data(x, "x")
-        mask = None
-    else:
-        if covariance is not None:
-            raise ValueError(f"covariance is for model='mixture' only; got {covariance!r}")
-        x, mask = check_covered(x, mask)
-    num, dim = x.shape
+    criteria = _check_criteria(spec.default_criteria if criteria is None else criteria, spec,
+                               model)
+    family_options = dict(options or {})
+    for name, value in (("mask", mask), ("covariance", covariance)):
+        if value is None:
+            continue
+        if name not in spec.options:
+            owner = [m for m, s in specs.items() if name in s.options]
+            raise ValueError(f"{name} is for model={owner[0]!r} only; got {name} with "
+                             f"model={model!r}")
+        family_options[name] = value
+    unknown = set(family_options) - set(spec.options)
+    if unknown:
+        raise ValueError(f"options {sorted(unknown)} are not options of model={model!r} "
+                         f"(it takes {list(spec.options)})")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    scorer = spec.scorer(x, num_restarts=num_restarts, fit_options=fit_options,
+                         vb_options=dict(vb_options or {}), **family_options)
+    scorer.check_criteria(criteria)
+    num = scorer.num
     over_complete = _check_over_complete(over_complete, model, num)
-    if candidates is None:
-        if over_complete is not None:
-            candidates = ()
-        elif model == "mcvq":
-            candidates = tuple((k, j) for k in range(1, 5) for j in range(2, 5))
-        else:
-            candidates = tuple(range(1, min(6, num) + 1))
+    if candidates is None and over_complete is not None:
+        candidates = ()
     else:
-        candidates = _check_candidates(candidates, model, num, dim)
+        candidates = spec.candidates(candidates, num, scorer.dim)
     num_folds = check_positive_int(num_folds, "num_folds")
     if not 2 <= num_folds <= num:
         raise ValueError(f"num_folds must lie in 2 .. N = {num} (the rows of x); got "
                          f"{num_folds}")
-    num_restarts = check_positive_int(num_restarts, "num_restarts")
     loo_max_size = check_positive_int(loo_max_size, "loo_max_size")
+    evidence_max_size = check_positive_int(evidence_max_size, "evidence_max_size")
     num_warmup = check_positive_int(num_warmup, "num_warmup")
     num_samples = check_positive_int(num_samples, "num_samples")
     if num_samples < 4:
         raise ValueError(f"num_samples must be at least 4; got {num_samples}")
-    vb_options = dict(vb_options or {})
-    if model == "mcvq":
-        scorer = mcvq_scores.MCVQScorer(x, mask, num_restarts, fit_options, vb_options)
-    else:
-        scorer = MixtureScorer(x, covariance, num_restarts, fit_options, vb_options)
-    scored = bool(candidates) and bool({"cv", "train", "bic"} & set(criteria))
+    evidence_options = {**EVIDENCE_OPTIONS, **dict(evidence_options or {})}
+    scored = bool(candidates) and bool({"cv", "train", "bic", "aic"} & set(criteria))
     if scored:
         scorer.set_candidates(candidates)
-    keys = dict(zip(CRITERIA + ("over",), jax.random.split(rng_key, len(CRITERIA) + 1),
-                    strict=True))
-    values, choice, errors, skipped, notes = {}, {}, {}, {}, []
-    vb_sizes = (None,) * len(candidates)
-    arviz_compare = None
-    if candidates and "vb" in criteria:
-        fits = [scorer.vb(c, jax.random.fold_in(keys["vb"], i)) for i, c in enumerate(candidates)]
-        values["vb"] = tuple(f[0] for f in fits)
-        vb_sizes = tuple(f[1] for f in fits)
-        best = int(np.argmax(values["vb"]))
-        choice["vb"] = smallest_containing(candidates, vb_sizes[best], model)
-    if candidates and "cv" in criteria:
+    # The first five criteria's keys are those of earlier versions (same key, same result).
+    keys = dict(zip(_KEYED, jax.random.split(rng_key, len(_KEYED)), strict=True))
+    keys["evidence"] = jax.random.fold_in(rng_key, len(_KEYED))
+    n_cand = len(candidates)
+    units = sum({"vb": n_cand, "cv": n_cand * num_folds, "loo": n_cand, "evidence": n_cand,
+                 "laplace": n_cand}.get(c, 0) for c in criteria)
+    units += n_cand if {"train", "bic", "aic"} & set(criteria) else 0
+    units += over_complete is not None
+    bar = _Progress(progress_bar, units)
+    out = _Scores(candidates)
+    try:
+        if candidates:
+            _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds,
+                   loo_max_size, (num_warmup, num_samples, progress_bar), evidence_options,
+                   evidence_max_size)
+        oc = None
+        if over_complete is not None:
+            t0 = time.perf_counter()
+            bound, size, fit = scorer.vb(over_complete, keys["over"])
+            bar.step("vb (pruned)")
+            oc = PrunedModel(over_complete, size, bound, fit)
+            out.choice["vb (pruned)"] = size
+            out.seconds["vb (pruned)"] = time.perf_counter() - t0
+    finally:
+        bar.close()
+    notes = out.notes + list(scorer.notes(scored))
+    values = {c: out.values[c] for c in CRITERIA if c in out.values}
+    return ModelSelectionResult(model, candidates, values, out.choice, out.errors,
+                                out.vb_sizes, oc, out.arviz_compare, out.skipped, tuple(notes),
+                                out.seconds, spec.label)
+
+
+class _Scores:
+    """What :func:`_score` fills in."""
+
+    def __init__(self, candidates):
+        self.values, self.choice, self.errors, self.skipped = {}, {}, {}, {}
+        self.seconds, self.notes = {}, []
+        self.vb_sizes = (None,) * len(candidates)
+        self.arviz_compare = None
+
+
+def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, loo_max_size,
+           nuts, evidence_options, evidence_max_size):
+    """Every criterion of every candidate, into ``out``."""
+    clock = time.perf_counter
+    if "vb" in criteria:
+        t0 = clock()
+        fits = []
+        for i, c in enumerate(candidates):
+            fits.append(scorer.vb(c, jax.random.fold_in(keys["vb"], i)))
+            bar.step(f"vb {candidate_name(c)}")
+        out.values["vb"] = tuple(f[0] for f in fits)
+        out.vb_sizes = tuple(f[1] for f in fits)
+        best = int(np.argmax(out.values["vb"]))
+        out.choice["vb"] = spec.contains(candidates, out.vb_sizes[best])
+        out.seconds["vb"] = clock() - t0
+    if "cv" in criteria:
+        t0 = clock()
         splits = folds(keys["cv"], num, num_folds)
         pointwise = np.zeros((len(candidates), num))  # held-out log-likelihood per example
         for i, c in enumerate(candidates):
             for f, (tr, te) in enumerate(splits):
                 key = jax.random.fold_in(jax.random.fold_in(keys["cv"], i), f)
                 pointwise[i, te] = scorer.heldout(c, tr, te, key)
+                bar.step(f"cv {candidate_name(c)} fold {f + 1}")
         fold_means = np.stack([pointwise[:, te].mean(axis=1) for _, te in splits], axis=1)
-        values["cv"] = tuple(float(v) for v in pointwise.mean(axis=1))
-        errors["cv"] = tuple(float(v) for v in np.std(fold_means, axis=1, ddof=1)
-                             / math.sqrt(num_folds))
-        choice["cv"] = one_se_choice(candidates, pointwise)
-    if candidates and {"train", "bic", "loo"} & set(criteria):
-        train = [scorer.train(c, jax.random.fold_in(keys["train"], i))
-                 for i, c in enumerate(candidates)]
-        if "train" in criteria:
-            values["train"] = tuple(train)
-            choice["train"] = argmax(candidates, values["train"])
-        if "bic" in criteria:
-            values["bic"] = tuple(t - scorer.num_parameters(c) * math.log(num) / (2 * num)
-                                  for t, c in zip(train, candidates, strict=True))
-            choice["bic"] = argmax(candidates, values["bic"])
-    if candidates and "loo" in criteria:
-        elpd, se, data, reasons = [], [], {}, []
-        pointwise_loo = np.full((len(candidates), num), np.nan)
+        out.values["cv"] = tuple(float(v) for v in pointwise.mean(axis=1))
+        out.errors["cv"] = tuple(float(v) for v in np.std(fold_means, axis=1, ddof=1)
+                                 / math.sqrt(num_folds))
+        out.choice["cv"] = one_se_choice(candidates, pointwise)
+        out.seconds["cv"] = clock() - t0
+    if {"train", "bic", "aic", "loo", "waic"} & set(criteria):
+        t0 = clock()
+        train = []
         for i, c in enumerate(candidates):
-            reason = scorer.loo_reason(c, loo_max_size)
-            if reason is not None:
-                reasons.append(f"{_name(c)}: {reason}")
-                elpd.append(math.nan)
-                se.append(math.nan)
+            train.append(scorer.train(c, jax.random.fold_in(keys["train"], i)))
+            bar.step(f"fit {candidate_name(c)}")
+        seconds = clock() - t0
+        penalties = {"bic": math.log(num) / (2 * num), "aic": 1.0 / num}
+        for c in ("train", "bic", "aic"):
+            if c not in criteria:
                 continue
-            idata, extra = scorer.loo(c, jax.random.fold_in(keys["loo"], i), num_warmup,
-                                      num_samples, progress_bar)
-            loo = _psis_loo(idata)
-            pointwise_loo[i] = np.asarray(loo.loo_i)
-            elpd.append(float(loo.elpd_loo) / num)
-            se.append(float(loo.se) / num)
-            data[_name(c)] = loo
-            pareto = float(np.max(np.asarray(loo.pareto_k)))
-            notes.append(f"loo {_name(c)}: largest Pareto k {pareto:.2f}{extra}")
-        values["loo"], errors["loo"] = tuple(elpd), tuple(se)
-        choice["loo"] = one_se_choice(candidates, pointwise_loo)
-        if reasons:
-            skipped["loo"] = "model too large for MCMC: " + "; ".join(reasons)
-        if len(data) >= 2:
-            import arviz as az
-
-            with warnings.catch_warnings():  # arviz's Pareto-k and pandas deprecation notes
-                warnings.simplefilter("ignore")
-                arviz_compare = az.compare(data, ic="loo")  # over the ELPDData above
-    oc = None
-    if over_complete is not None:
-        bound, size, fit = scorer.vb(over_complete, keys["over"])
-        oc = PrunedModel(over_complete, size, bound, fit)
-        choice["vb (pruned)"] = size
-    notes += scorer.notes(scored)
-    values = {c: values[c] for c in CRITERIA if c in values}
-    return ModelSelectionResult(model, candidates, values, choice, errors, vb_sizes, oc,
-                                arviz_compare, skipped, tuple(notes))
+            if c == "train":
+                out.values[c] = tuple(train)
+            else:
+                out.values[c] = tuple(t - scorer.num_parameters(cand) * penalties[c]
+                                      for t, cand in zip(train, candidates, strict=True))
+            out.choice[c] = argmax(candidates, out.values[c])
+            out.seconds[c] = seconds
+    if {"loo", "waic"} & set(criteria):
+        _loo_and_waic(out, scorer, candidates, criteria, keys["loo"], bar, num, loo_max_size,
+                      nuts)
+    if "evidence" in criteria:
+        _evidence(out, scorer, candidates, keys["evidence"], bar, num, evidence_options,
+                  evidence_max_size)
+    if "laplace" in criteria:
+        t0 = clock()
+        out.values["laplace"] = tuple(float(scorer.laplace(c)) for c in candidates)
+        for c in candidates:
+            bar.step(f"laplace {candidate_name(c)}")
+        out.choice["laplace"] = argmax(candidates, out.values["laplace"])
+        out.seconds["laplace"] = clock() - t0
+    if "pca_mle" in criteria:
+        t0 = clock()
+        values, chosen = scorer.pca_mle(candidates)
+        out.values["pca_mle"] = tuple(float(v) for v in values)
+        out.choice["pca_mle"] = chosen
+        out.seconds["pca_mle"] = clock() - t0
 
 
-def _psis_loo(idata):
+def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size, nuts):
+    """PSIS-LOO and WAIC from one NUTS run per candidate (arviz)."""
     import arviz as az
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # Pareto k is reported in the notes
-        return az.loo(idata, pointwise=True)
+    num_warmup, num_samples, progress_bar = nuts
+    t0 = time.perf_counter()
+    elpd = {c: np.full(len(candidates), np.nan) for c in ("loo", "waic")}
+    se = {c: np.full(len(candidates), np.nan) for c in ("loo", "waic")}
+    pointwise = {c: np.full((len(candidates), num), np.nan) for c in ("loo", "waic")}
+    data, reasons = {}, []
+    for i, c in enumerate(candidates):
+        reason = scorer.loo_reason(c, loo_max_size)
+        bar.step(f"nuts {candidate_name(c)}")
+        if reason is not None:
+            reasons.append(f"{candidate_name(c)}: {reason}")
+            continue
+        idata, extra = scorer.loo(c, jax.random.fold_in(key, i), num_warmup, num_samples,
+                                  progress_bar)
+        with warnings.catch_warnings():  # Pareto k and WAIC's variance warning: in the notes
+            warnings.simplefilter("ignore")
+            loo = az.loo(idata, pointwise=True)
+            waic = az.waic(idata, pointwise=True)
+        for name, res, field, pw in (("loo", loo, "elpd_loo", "loo_i"),
+                                     ("waic", waic, "elpd_waic", "waic_i")):
+            elpd[name][i] = float(res[field]) / num
+            se[name][i] = float(res.se) / num
+            pointwise[name][i] = np.asarray(res[pw])
+        data[candidate_name(c)] = loo
+        pareto = float(np.max(np.asarray(loo.pareto_k)))
+        out.notes.append(f"loo {candidate_name(c)}: largest Pareto k {pareto:.2f}"
+                         f"{', WAIC variance warning' if waic.warning else ''}{extra}")
+    seconds = time.perf_counter() - t0
+    for name in ("loo", "waic"):
+        if name in criteria:
+            out.values[name] = tuple(float(v) for v in elpd[name])
+            out.errors[name] = tuple(float(v) for v in se[name])
+            out.choice[name] = one_se_choice(candidates, pointwise[name])
+            out.seconds[name] = seconds
+            if reasons:
+                out.skipped[name] = "model too large for MCMC: " + "; ".join(reasons)
+    if "loo" in criteria and len(data) >= 2:
+        with warnings.catch_warnings():  # arviz's Pareto-k and pandas deprecation notes
+            warnings.simplefilter("ignore")
+            out.arviz_compare = az.compare(data, ic="loo")  # over the ELPDData above
+
+
+def _evidence(out, scorer, candidates, key, bar, num, options, limit):
+    """The reference log evidence of every candidate's program, per example."""
+    t0 = time.perf_counter()
+    values = np.full(len(candidates), np.nan)
+    errors = np.full(len(candidates), np.nan)
+    reasons, steps = [], []
+    for i, c in enumerate(candidates):
+        reason = scorer.evidence_reason(c, limit)
+        bar.step(f"evidence {candidate_name(c)}")
+        if reason is not None:
+            reasons.append(f"{candidate_name(c)}: {reason}")
+            continue
+        result = scorer.evidence(c, jax.random.fold_in(key, i), options)
+        values[i] = result.log_evidence / num
+        errors[i] = result.standard_error / num
+        steps.append(f"{candidate_name(c)} {result.num_steps.min()}-{result.num_steps.max()}"
+                     + ("" if result.converged else " (not converged)"))
+    out.values["evidence"] = tuple(float(v) for v in values)
+    out.errors["evidence"] = tuple(float(v) for v in errors)
+    out.choice["evidence"] = argmax(candidates, values)
+    out.seconds["evidence"] = time.perf_counter() - t0
+    if reasons:
+        out.skipped["evidence"] = "too large for the reference evidence: " + "; ".join(reasons)
+    if steps:
+        out.notes.append(f"evidence: adaptive tempered SMC, {options['num_particles']} "
+                         f"particles x {options['num_repeats']} repeats; tempering steps "
+                         + ", ".join(steps))

@@ -14,9 +14,10 @@ from inference.mcvq.baselines import (
 )
 from inference.mcvq.compare import compare_mcvq
 from inference.mcvq.em import MCVQResult, fit_mcvq, infer_states, reconstruct
+from inference.mcvq.selection import MCVQScorer, check_candidates, contains
 from inference.mcvq.stream import fit_mcvq_stream
 from inference.mcvq.vb import VBMCVQResult, fit_vb_mcvq
-from ppl_models.registry import Family, register_family
+from ppl_models.registry import Family, Selection, register_family
 
 __all__ = ["FAMILY"]
 
@@ -33,4 +34,10 @@ FAMILY = register_family(Family(
                "fit_variational": fit_variational},
     comparisons={"mcvq": compare_mcvq},
     experiments=experiments.EXPERIMENTS,
+    selection=Selection(
+        label="(K, J)", size="number of VQs K and states per VQ J",
+        criteria=("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence"),
+        default_criteria=("vb", "cv", "train", "bic", "loo"),
+        scorer=MCVQScorer, candidates=check_candidates, contains=contains,
+        options=("mask",)),
 ))

@@ -50,13 +50,16 @@ from numpyro.contrib.funsor import config_enumerate
 
 from inference.engine.inference_data import nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
+from inference.engine.selection import Scorer
 from inference.mcvq import core, scoring
 from inference.mcvq.em import fit_mcvq
-from inference.mcvq.vb import fit_vb_mcvq
+from inference.mcvq.vb import check_covered, fit_vb_mcvq
 from ppl_models import mcvq as program
 from ppl_models.diagnostics import ConvergenceWarning
+from ppl_models.validation import check_positive_int
 
-__all__ = ["MCVQScorer", "enumerable", "num_parameters", "state_usage", "predictive_log_likelihood",
+__all__ = ["MCVQScorer", "check_candidates", "contains", "evidence_data", "enumerable",
+           "num_parameters", "state_usage", "predictive_log_likelihood",
            "fit_em", "fit_vb", "loo_size", "loo_inference_data"]
 
 
@@ -193,12 +196,8 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     """
     dim, num_vqs, num_states = fit.mu.shape
     num = x.shape[0]
-    x = jnp.asarray(x, fit.mu.dtype)
-    mask = jnp.asarray(mask)
-    r_dims = jnp.argmax(fit.g, axis=1).astype(jnp.int32)
-    r = jnp.broadcast_to(r_dims, (num, dim))
-    pi = state_usage(fit)
-    prior = program.prior_from_data(x, mask)
+    x, mask, r, pi, prior = evidence_data(fit, x, mask)
+    r_dims = r[0]
     start = {"mu": fit.mu, "tau": 1.0 / jnp.square(fit.sigma)}
     chains = run_nuts(_LOO_MODEL, rng_key[None], (x, mask, r, pi, prior), None,
                       jax.tree.map(lambda v: v[None], start), num_warmup=num_warmup,
@@ -216,15 +215,62 @@ def loo_inference_data(fit, x, mask, rng_key, *, num_warmup, num_samples, progre
     return idata, divergent
 
 
-class MCVQScorer:
-    """Fits and scores of MCVQ candidates (K, J) for ``model_selection``; the full-data
-    EM fits are cached (``"train"``, ``"bic"`` and ``"loo"`` share them)."""
+def evidence_data(fit, x, mask):
+    """The traced arguments (x, mask, r, pi, prior) of the conditioned Bayesian program
+    (r = argmax g and b = pi of ``fit``; priors from the data), as
+    :func:`loo_inference_data` runs it."""
+    dim = fit.mu.shape[0]
+    x = jnp.asarray(x, fit.mu.dtype)
+    mask = jnp.asarray(mask)
+    r = jnp.broadcast_to(jnp.argmax(fit.g, axis=1).astype(jnp.int32), (x.shape[0], dim))
+    return x, mask, r, state_usage(fit), program.prior_from_data(x, mask)
 
-    def __init__(self, x, mask, num_restarts, fit_options, vb_options):
-        self.x, self.mask = x, mask
-        self.num, self.dim = x.shape
-        self.num_restarts = num_restarts
-        self.fit_options, self.vb_options = fit_options, vb_options
+
+def check_candidates(candidates, num, dim):
+    """MCVQ's candidates as (K, J) pairs of positive integers, none repeated (default
+    K = 1..4 times J = 2..4)."""
+    if candidates is None:
+        return tuple((k, j) for k in range(1, 5) for j in range(2, 5))
+    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
+        raise TypeError(f"candidates must be a sequence of (K, J) pairs; got {candidates!r}")
+    candidates = tuple(candidates)
+    if not candidates:
+        raise ValueError("candidates must hold at least one candidate model; got an empty "
+                         "sequence")
+    checked = []
+    for cand in candidates:
+        if not isinstance(cand, tuple | list) or len(cand) != 2:
+            raise TypeError(f"candidates for model='mcvq' must be (K, J) pairs; got {cand!r}")
+        checked.append((check_positive_int(cand[0], "candidates K"),
+                        check_positive_int(cand[1], "candidates J")))
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"candidates must not repeat; got {candidates}")
+    return tuple(checked)
+
+
+def contains(candidates, size):
+    """The smallest (K, J) candidate with K and J at least a surviving (K, (J_1..J_K))."""
+    fits = [c for c in candidates if c[0] >= size[0] and c[1] >= max(size[1])]
+    return min(fits, default=None)
+
+
+class MCVQScorer(Scorer):
+    """Fits and scores of MCVQ candidates (K, J) for ``model_selection``; the full-data
+    EM fits are cached (``"train"``, ``"bic"``, ``"loo"`` and ``"evidence"`` share them).
+
+    The reference evidence is that of the Bayesian program of :func:`loo_inference_data`
+    (mu and tau integrated, every s_k summed out) *conditioned* on the dimension
+    assignment r = argmax g and the state weights pi of the full-data EM fit: summing
+    r out couples every example through K^D joint assignments, so the evidence here is
+    log p(x | r, pi, K, J), which favours a candidate by how well its fitted
+    assignment explains the data.
+    """
+
+    def __init__(self, x, *, num_restarts=3, fit_options=None, vb_options=None, mask=None):
+        x, mask = check_covered(x, mask)
+        super().__init__(x, num_restarts=num_restarts, fit_options=fit_options,
+                         vb_options=vb_options)
+        self.mask = mask
         self.cache = {}
         self.exact = None
         self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
@@ -275,6 +321,23 @@ class MCVQScorer:
             self.cache[cand], self.x, self.mask, key, num_warmup=num_warmup,
             num_samples=num_samples, progress_bar=progress_bar)
         return idata, f", {divergent} divergent transition(s)" if divergent else ""
+
+    def evidence_reason(self, cand, limit):
+        if not enumerable(*cand):
+            return f"J^K K = {cand[1] ** cand[0] * cand[0]} enumerated terms > 4096"
+        size = loo_size(self.num, self.dim, *cand)
+        if size > limit:
+            return f"N D J^K = {size} > evidence_max_size = {limit}"
+        return None
+
+    def evidence_program(self, cand):
+        return _LOO_MODEL, evidence_data(self.cache[cand], self.x, self.mask), {}
+
+    def evidence(self, cand, rng_key, options):
+        fit_key, smc_key = jax.random.split(rng_key)
+        if cand not in self.cache:  # the fit whose r and pi condition the program
+            self.train(cand, fit_key)
+        return super().evidence(cand, smc_key, options)
 
     def notes(self, scored):
         out = []

@@ -19,37 +19,87 @@ import warnings
 import jax
 import numpy as np
 
+from inference.engine.selection import Scorer
 from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, fit_mixture_mcmc
 from inference.mixture.criteria import criteria as mixture_criteria
 from inference.mixture.em import fit_mixture
 from inference.mixture.features import component_log_joint
 from inference.mixture.selection import num_parameters as mixture_num_parameters
 from inference.mixture.vb import fit_vb_mixture
+from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import check_data, check_positive_int
 
-__all__ = ["MixtureScorer"]
+__all__ = ["MixtureScorer", "check_candidates", "contains"]
+
+#: Candidates when none are given: k = 1 .. 6 (at most N).
+DEFAULT_MAX_COMPONENTS = 6
 
 
-class MixtureScorer:
+def check_candidates(candidates, num, dim):
+    """The mixture's candidates k as a tuple: integers 1 .. N, none repeated (default
+    1 .. min(6, N))."""
+    if candidates is None:
+        return tuple(range(1, min(DEFAULT_MAX_COMPONENTS, num) + 1))
+    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
+        raise TypeError(f"candidates must be a sequence of integers; got {candidates!r}")
+    candidates = tuple(candidates)
+    if not candidates:
+        raise ValueError("candidates must hold at least one candidate model; got an empty "
+                         "sequence")
+    checked = tuple(check_positive_int(c, "candidates", maximum=num,
+                                       why=" (the number of examples, rows of x)")
+                    for c in candidates)
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"candidates must not repeat; got {candidates}")
+    return checked
+
+
+def contains(candidates, size):
+    """The smallest candidate k at least the surviving number of components."""
+    return min((c for c in candidates if c >= size), default=None)
+
+
+class MixtureScorer(Scorer):
     """Fits and scores of mixture candidates k for :func:`inference.model_selection`.
 
     The mixture counterpart of :class:`inference.mcvq.selection.MCVQScorer`: EM fits
     (best of ``num_restarts`` non-collapsed restarts, cached for the full data),
     their exact log-likelihood (y summed out) on training and held-out rows, BIC's
-    parameter count, the VB bound of :func:`fit_vb_mixture`, and NUTS for PSIS-LOO.
+    parameter count, the VB bound of :func:`fit_vb_mixture`, NUTS for PSIS-LOO and
+    WAIC, and the program of the reference evidence: ``ppl_models.mixture.model``
+    with its priors (weights Dirichlet(1), means Normal(0, prior_scale), scales
+    HalfNormal(prior_scale)) and the labels y summed out.
+
+    Parameters
+    ----------
+    x : array (N, d)
+    covariance : {"full", "diag", "spherical"}, optional
+        Default ``"full"``.
+    prior_scale : float, optional
+        The program's prior scale for the reference evidence (default
+        ``ppl_models.mixture.model``'s, 10): the evidence depends on it, so data on
+        another scale should be standardised or this set to match.
     """
 
-    def __init__(self, x, covariance, num_restarts, fit_options, vb_options):
-        self.x, self.covariance = x, covariance
-        self.num, self.dim = x.shape
-        self.num_restarts = num_restarts
-        self.fit_options, self.vb_options = fit_options, vb_options
+    def __init__(self, x, *, num_restarts=3, fit_options=None, vb_options=None,
+                 covariance=None, prior_scale=None):
+        covariance = "full" if covariance is None else covariance
+        if covariance not in mixture.COVARIANCES:
+            raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got "
+                             f"{covariance!r}")
+        super().__init__(check_data(x, "x"), num_restarts=num_restarts,
+                         fit_options=fit_options, vb_options=vb_options)
+        self.covariance = covariance
+        self.prior_scale = prior_scale
         self.cache = {}
         self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
         self.collapsed = []
 
-    def set_candidates(self, candidates):
-        pass
+    def check_criteria(self, criteria):
+        if "vb" in criteria and self.covariance == "spherical":
+            raise ValueError("criterion 'vb' needs covariance 'full' or 'diag' "
+                             "(fit_vb_mixture); got 'spherical'")
 
     def _em(self, k, x, key):
         """Best non-collapsed restart by training likelihood (None if all collapsed)."""
@@ -122,6 +172,17 @@ class MixtureScorer:
         extra = "" if fit.converged else (f", not converged (R-hat {fit.r_hat:.3g}, "
                                           f"{fit.num_divergent} divergent)")
         return fit.to_inference_data(), extra
+
+    def evidence_reason(self, k, limit):
+        if self.num * k * self.dim > limit:
+            return f"N k d = {self.num * k * self.dim} > evidence_max_size = {limit}"
+        return None
+
+    def evidence_program(self, k):
+        kwargs = {"num_components": k, "covariance": self.covariance}
+        if self.prior_scale is not None:
+            kwargs["prior_scale"] = self.prior_scale
+        return mixture.model, (self.x,), kwargs
 
     def notes(self, scored):
         out = ["cv/train/bic: exact mixture log-likelihood (y summed out) of EM fits "

@@ -1,0 +1,187 @@
+"""The result of :func:`inference.model_selection`: values, choices, table, CSV/JSON rows."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["PrunedModel", "ModelSelectionResult", "candidate_name"]
+
+
+class PrunedModel(NamedTuple):
+    """The over-complete VB route: one VB model started large, pruned by its bound.
+
+    Attributes
+    ----------
+    start : tuple or int
+        (K_max, J_max) for MCVQ, k_max for the mixture.
+    size : tuple or int
+        What survived: (K, (J_1, ..., J_K)) for MCVQ, k for the mixture.
+    bound : float
+        L(Q) / N of the best of the runs (nats per example).
+    fit : VBMCVQResult or VBMixtureResult
+    """
+
+    start: object
+    size: object
+    bound: float
+    fit: object
+
+
+def candidate_name(candidate) -> str:
+    """``"3"`` or ``"(2, 4)"``: a candidate as tables, CSV files and arviz name it."""
+    if isinstance(candidate, tuple):
+        return f"({candidate[0]}, {candidate[1]})"
+    return str(candidate)
+
+
+def _size_text(size):
+    if size is None:
+        return "-"
+    if isinstance(size, tuple):
+        return f"{size[0]} VQs, states {list(size[1])}"
+    return str(size)
+
+
+def _plain(value):
+    """JSON-friendly: tuples -> lists, numpy scalars -> Python, NaN -> None."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return None if not math.isfinite(float(value)) else float(value)
+    return value
+
+
+class ModelSelectionResult(NamedTuple):
+    """Result of :func:`inference.model_selection`.
+
+    Every value is a log-scale quantity per example (nats), *higher is better*.
+
+    Attributes
+    ----------
+    model : str
+        The family (``"mixture"``, ``"mcvq"``, ``"gvq"``, ``"clipped"``, ``"ppca"``).
+    candidates : tuple
+        The candidate sizes: (K, J) pairs (MCVQ) or integers.
+    values : dict
+        criterion -> tuple of float, one per candidate (nan where not computed).
+    choice : dict
+        criterion -> the chosen candidate (None when no candidate was scored);
+        ``"vb (pruned)"`` -> the surviving size of the over-complete model.
+    standard_errors : dict
+        ``"cv"``: SE of the fold means; ``"loo"``, ``"waic"``: arviz's se / N;
+        ``"evidence"``: the SE of the SMC estimate over its repeats, / N.
+    vb_sizes : tuple
+        Surviving size of the best VB run of every candidate ((K, (J_1..J_K)) or
+        k; None without ``"vb"``).
+    over_complete : PrunedModel or None
+    arviz_compare : pandas.DataFrame or None
+        The PSIS-LOO comparison table: ``arviz.compare`` over the ``arviz.loo``
+        ``ELPDData`` of the candidates where ``"loo"`` ran (two or more), indexed by
+        candidate name (``"3"``, ``"(2, 2)"``), best first; columns rank, elpd_loo,
+        p_loo, elpd_diff, weight, se, dse, warning, scale (totals over the examples,
+        where ``values["loo"]`` is per example). Also :attr:`compare_table`.
+    skipped : dict
+        criterion -> why it was not computed (for all or some candidates).
+    notes : tuple of str
+        How the values were obtained (CV predictive exact or bound,
+        non-converged fits, Pareto k, divergences, the SMC's steps).
+    seconds : dict
+        criterion -> wall time spent on it (all candidates), in seconds.
+    label : str
+        The candidates' column header (``"k"``, ``"(K, J)"``, ``"q"``, ...).
+    """
+
+    model: str
+    candidates: tuple
+    values: dict
+    choice: dict
+    standard_errors: dict
+    vb_sizes: tuple
+    over_complete: PrunedModel | None
+    arviz_compare: object
+    skipped: dict
+    notes: tuple
+    seconds: dict = {}
+    label: str = "size"
+
+    @property
+    def compare_table(self):
+        """``arviz.compare``'s table of the candidates' PSIS-LOO (``arviz_compare``), or
+        None when fewer than two candidates ran ``"loo"``."""
+        return self.arviz_compare
+
+    def table(self) -> str:
+        """Candidates as rows, criteria as columns (nats per example, higher is better);
+        ``*`` marks each column's choice, (SE) follows CV, LOO, WAIC and evidence."""
+        criteria = list(self.values)
+        width = max([len(self.label)] + [len(candidate_name(c)) for c in self.candidates]) + 2
+        cells = {c: 20 if c in self.standard_errors else 12 for c in criteria}
+        header = f"{self.label:<{width}s}" + "".join(f"{c:>{cells[c]}s}" for c in criteria)
+        show_sizes = any(s is not None for s in self.vb_sizes)
+        if show_sizes:
+            header += "  vb survivors"
+        lines = [header]
+        for i, cand in enumerate(self.candidates):
+            row = f"{candidate_name(cand):<{width}s}"
+            for c in criteria:
+                value = self.values[c][i]
+                text = "-" if not np.isfinite(value) else f"{value:.4f}"
+                if c in self.standard_errors and np.isfinite(value):
+                    text += f" ({self.standard_errors[c][i]:.3f})"
+                text += "*" if self.choice.get(c) == cand else " "
+                row += f"{text:>{cells[c]}s}"
+            if show_sizes:
+                row += f"  {_size_text(self.vb_sizes[i])}"
+            lines.append(row.rstrip())
+        lines.append("values: nats per example, higher is better; * = choice (cv, loo, waic: "
+                     "smallest within one paired SE of the best)")
+        if "pca_mle" in self.choice:
+            lines.append("pca_mle: scikit-learn's PCA(n_components='mle') chooses "
+                         f"{candidate_name(self.choice['pca_mle'])}")
+        if self.over_complete is not None:
+            oc = self.over_complete
+            lines.append(f"vb (pruned) from {candidate_name(oc.start)}: {_size_text(oc.size)}, "
+                         f"bound {oc.bound:.4f}")
+        lines += [f"skipped {c}: {why}" for c, why in self.skipped.items()]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def rows(self) -> list[dict]:
+        """One dict per candidate: ``candidate``, then every criterion's value and (where
+        it has one) ``<criterion>_se`` -- the rows of ``ppl-zoo select``'s CSV file."""
+        out = []
+        for i, cand in enumerate(self.candidates):
+            row = {"candidate": candidate_name(cand)}
+            for c, values in self.values.items():
+                row[c] = float(values[i])
+                if c in self.standard_errors:
+                    row[f"{c}_se"] = float(self.standard_errors[c][i])
+            out.append(row)
+        return out
+
+    def to_dict(self) -> dict:
+        """Everything but the fits, JSON-ready (NaN -> None): family, label, candidates,
+        per criterion its values, standard errors, choice and seconds; the over-complete
+        run, skipped criteria and notes."""
+        criteria = {}
+        for c in dict.fromkeys(list(self.values) + [k for k in self.choice
+                                                    if k != "vb (pruned)"]):
+            criteria[c] = {"values": _plain(self.values.get(c)),
+                           "standard_errors": _plain(self.standard_errors.get(c)),
+                           "choice": _plain(self.choice.get(c)),
+                           "seconds": _plain(self.seconds.get(c))}
+        out = {"family": self.model, "label": self.label,
+               "candidates": _plain(self.candidates), "criteria": criteria,
+               "skipped": dict(self.skipped), "notes": list(self.notes)}
+        if any(s is not None for s in self.vb_sizes):
+            out["vb_sizes"] = _plain(self.vb_sizes)
+        if self.over_complete is not None:
+            oc = self.over_complete
+            out["vb (pruned)"] = {"start": _plain(oc.start), "size": _plain(oc.size),
+                                  "bound": _plain(oc.bound)}
+        return out
