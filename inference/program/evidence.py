@@ -1,0 +1,497 @@
+"""A reference log marginal likelihood (evidence) by adaptive tempered SMC, with its error.
+
+The evidence of a program with observed data x and continuous latent sites theta is
+
+    Z = p(x) = integral of p(theta) p(x | theta) d theta,
+
+with every discrete latent site summed out of p(x | theta) by enumeration (a
+mixture's likelihood is the marginal p(x | theta) = prod_n sum_k alpha_k p(x_n | k),
+never the joint with the labels). :func:`log_evidence` reads it from a NumPyro
+program; :func:`tempered_smc_log_evidence` works on any log prior and log likelihood
+of one flat vector.
+
+Estimator
+---------
+Sequential Monte Carlo samplers (Del Moral, Doucet & Jasra 2006) move a population of
+particles from the prior (temperature lambda = 0) to the posterior (lambda = 1)
+through the tempered targets p(theta) p(x | theta)^lambda. At each step the next
+temperature is chosen so that the effective sample size of the incremental weights
+p(x | theta)^(lambda' - lambda) is ``target_ess`` times the number of particles
+(adaptive tempering, as in BlackJAX's ``adaptive_tempered_smc``, which runs every
+step here); the particles are resampled (systematic) and moved by ``num_mcmc_steps``
+random-walk Metropolis steps whose Gaussian proposal has covariance 2.38^2 / d times
+the current weighted particle covariance (recomputed at every step), times a scalar
+factor adapted from step to step towards an acceptance rate of 0.234. The product of
+the mean incremental weights is an unbiased estimate of Z, so
+
+    log Z = sum over steps of log mean_i p(x | theta_i)^(lambda' - lambda).
+
+Error
+-----
+The standard error comes from ``num_repeats`` independent runs (fresh prior draws
+and keys): ``standard_error = sd(log Z runs, ddof=1) / sqrt(num_repeats)``. The log
+of an unbiased estimate of Z is biased *low*: by about var(log Z of one run) / 2
+(sd(runs)^2 / 2) when that variance is small, and by more when the moves mix poorly
+(a multimodal posterior, such as a mixture's label switching). The standard error
+does not cover that bias, which with few particles can exceed it; the check is to
+raise ``num_particles`` (and ``num_mcmc_steps``): the estimate should not move by
+more than its error. Log densities that are NaN or infinite count as zero weight
+(-inf); a non-finite estimate warns :class:`~ppl_models.diagnostics.NumericalWarning`
+and a run that does not reach lambda = 1 within ``max_steps`` warns
+:class:`~ppl_models.diagnostics.ConvergenceWarning`; both set ``converged=False``.
+
+Restrictions of :func:`log_evidence`: discrete latent sites must have a finite support
+(they are enumerated, in parallel) and the prior of the continuous sites must not
+depend on them (checked); ``numpyro.factor`` terms count as likelihood. A random walk
+suits tens of dimensions, not thousands (local continuous latents make theta large).
+
+Examples
+--------
+The evidence of a normal mean (``x_i ~ N(mu, 1)``, ``mu ~ N(0, 1)``)::
+
+    import jax, numpyro, numpyro.distributions as dist
+    from inference.program.evidence import log_evidence
+
+    def program(x):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("x", dist.Normal(mu, 1.0), obs=x)
+
+    x = 1.0 + jax.random.normal(jax.random.key(1), (20,))
+    print(log_evidence(program, x, rng_key=jax.random.key(0)))  # log Z = ... +- ...
+
+References
+----------
+P. Del Moral, A. Doucet, A. Jasra, "Sequential Monte Carlo samplers", Journal of the
+Royal Statistical Society B 68(3), 411-436 (2006).
+BlackJAX, ``blackjax.smc.adaptive_tempered`` (https://blackjax-devs.github.io/blackjax/).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
+
+import blackjax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from blackjax.mcmc import random_walk
+from blackjax.smc import adaptive_tempered, resampling, solver
+from jax.flatten_util import ravel_pytree
+from numpyro import handlers
+from numpyro.contrib.funsor import config_enumerate
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.util import initialize_model, log_density
+
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import check_bool, check_fraction, check_positive_int, check_rng_key
+
+__all__ = ["EvidenceResult", "ProgramDensities", "tempered_smc_log_evidence", "log_evidence",
+           "program_densities"]
+
+
+class EvidenceResult(NamedTuple):
+    """The log evidence of independent SMC runs, with its standard error.
+
+    Attributes
+    ----------
+    log_evidence : float
+        Mean over the repeats of the log Z estimates (total nats, not per example).
+    standard_error : float
+        sd of the repeats' log Z (ddof=1) / sqrt(num_repeats).
+    runs : array (num_repeats,)
+        The log Z of every independent run.
+    num_steps : int array (num_repeats,)
+        Tempering steps each run took.
+    acceptance : float
+        Mean acceptance rate of the Metropolis moves (all runs, all steps).
+    seconds : float
+        Wall time of all repeats (compilation included).
+    converged : bool
+        Every run reached temperature 1 within ``max_steps`` and the estimate and its
+        standard error are finite.
+    """
+
+    log_evidence: float
+    standard_error: float
+    runs: np.ndarray
+    num_steps: np.ndarray
+    acceptance: float
+    seconds: float
+    converged: bool
+
+    def __str__(self):
+        lo, hi = int(np.min(self.num_steps)), int(np.max(self.num_steps))
+        steps = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        flag = "" if self.converged else ", NOT converged"
+        return (f"log Z = {self.log_evidence:.2f} +- {self.standard_error:.2f} "
+                f"({len(self.runs)} runs, {steps} steps, acceptance {self.acceptance:.2f}"
+                f"{flag})")
+
+
+class ProgramDensities(NamedTuple):
+    """A program's densities on one flat unconstrained vector u (:func:`program_densities`).
+
+    Attributes
+    ----------
+    log_prior : callable u -> float
+        log p(theta(u)) + log |d theta / d u| of the continuous latent sites.
+    log_likelihood : callable u -> float
+        log p(x | theta(u)), discrete latent sites summed out (log joint - log prior).
+    draw_prior : callable (key, num_particles) -> array (num_particles, dim)
+        Draws of u whose density is exp(log_prior).
+    unravel : callable u -> dict
+        The unconstrained value of every continuous latent site (``ravel_pytree``'s inverse).
+    """
+
+    log_prior: Callable
+    log_likelihood: Callable
+    draw_prior: Callable
+    unravel: Callable
+
+
+def _finite_or_minus_inf(value):
+    return jnp.where(jnp.isfinite(value), value, -jnp.inf)
+
+
+def _sample_sites(model, args, kwargs, rng_key):
+    """(name, observed, discrete, enumerable, distribution) of every sample site of one
+    trace, read abstractly (``jax.eval_shape``: nothing is computed)."""
+    sites = []
+
+    def read(key):
+        trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+        sites.extend((name, site["is_observed"], site["fn"].is_discrete,
+                      site["fn"].has_enumerate_support, type(site["fn"]).__name__)
+                     for name, site in trace.items() if site["type"] == "sample")
+        return jnp.zeros(())
+
+    jax.eval_shape(read, rng_key)
+    return sites
+
+
+def _unconstrain(params, log_dets):
+    """A ``substitute_fn``: theta = T(u) for the sites in ``params``, log |dT/du| kept."""
+
+    def substitute_fn(site):
+        if site["type"] != "sample" or site["name"] not in params:
+            return None
+        u = params[site["name"]]
+        transform = biject_to(site["fn"].support)
+        value = transform(u)
+        log_dets.append(jnp.sum(transform.log_abs_det_jacobian(u, value)))
+        return value
+
+    return substitute_fn
+
+
+def program_densities(model, *model_args, rng_key, **model_kwargs) -> ProgramDensities:
+    """Log prior, log likelihood and prior draws of a program, on a flat unconstrained vector.
+
+    The program is read through NumPyro: every discrete latent site is summed out by
+    parallel enumeration (``config_enumerate``), ``initialize_model`` gives the log joint
+    log p(x, theta) + log|J| on the unconstrained space, the log prior of the continuous
+    latent sites (same Jacobian) is read from a trace in which only those sites are
+    visible, and the log likelihood is their difference. Observed data enter through
+    ``model_args`` / ``model_kwargs``.
+
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program.
+    *model_args, **model_kwargs
+        Its arguments, the observed data among them.
+    rng_key : jax.random key
+        Initialises NumPyro (the values it draws do not enter the densities).
+
+    Returns
+    -------
+    ProgramDensities
+        ``(log_prior, log_likelihood, draw_prior, unravel)``; see its attributes.
+
+    Raises
+    ------
+    ValueError
+        When the program has no continuous latent site, no observed site, a discrete
+        latent site that cannot be enumerated (named), or a continuous site whose prior
+        depends on a discrete one.
+    """
+    check_rng_key(rng_key)
+    if not callable(model):
+        raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
+    key_trace, key_init, key_prior = jax.random.split(rng_key, 3)
+    sites = _sample_sites(model, model_args, model_kwargs, key_trace)
+    discrete = [name for name, observed, is_discrete, *_ in sites if is_discrete and not observed]
+    for name, observed, is_discrete, enumerable, kind in sites:
+        if is_discrete and not observed and not enumerable:
+            raise ValueError(
+                f"the discrete latent site {name!r} ({kind}) cannot be enumerated (no finite "
+                "support); log_evidence sums discrete sites out by enumeration")
+    names = sorted(name for name, observed, is_discrete, *_ in sites
+                   if not is_discrete and not observed)
+    if not names:
+        raise ValueError("the program has no continuous latent site: nothing to integrate "
+                         "(its evidence is its likelihood)")
+    if not any(observed for _, observed, *_ in sites):
+        raise ValueError("the program has no observed site: pass the observed data through "
+                         "the model's arguments")
+    # A batch of one key: NumPyro then looks for a valid initial point in one compiled
+    # loop instead of op by op (seconds less for an enumerated program).
+    info = initialize_model(key_init[None], config_enumerate(model), model_args=model_args,
+                            model_kwargs=model_kwargs, validate_grad=False)
+    u0, unravel = ravel_pytree({name: info.param_info.z[name][0] for name in names})
+    potential_fn = info.potential_fn
+    visible = set(names)
+
+    def prior_with_key(u, key):
+        # Only the continuous latent sites are visible: their log density at theta = T(u),
+        # each site's transform read from the trace itself (a support may depend on theta),
+        # plus log |dT/du| as NumPyro's potential energy adds it.
+        log_dets = []
+        program = handlers.substitute(
+            handlers.block(handlers.seed(model, key), hide_fn=lambda s: s["name"] not in visible),
+            substitute_fn=_unconstrain(unravel(u), log_dets))
+        log_p, _ = log_density(program, model_args, model_kwargs, {})
+        return log_p + sum(log_dets)
+
+    def log_prior(u):
+        return _finite_or_minus_inf(prior_with_key(u, key_prior))
+
+    def log_likelihood(u):
+        log_joint = -potential_fn(unravel(u))
+        return _finite_or_minus_inf(log_joint - prior_with_key(u, key_prior))
+
+    if discrete:  # the prior of theta must not move with the discrete draws
+        keys = jax.random.split(key_prior, 3)
+        values = np.asarray(jax.jit(jax.vmap(lambda k: prior_with_key(u0, k)))(keys))
+        if np.all(np.isfinite(values)) and np.ptp(values) > 1e-4 * (1.0 + np.abs(values[0])):
+            raise ValueError(
+                f"the prior of the continuous latent site(s) {names} depends on the discrete "
+                f"site(s) {discrete}: log_evidence needs p(theta) free of them")
+
+    def draw_one(key):
+        trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args,
+                                                                     **model_kwargs)
+        draws = {name: biject_to(trace[name]["fn"].support).inv(trace[name]["value"])
+                 for name in names}
+        return ravel_pytree(draws)[0]
+
+    draw_batch = jax.jit(jax.vmap(draw_one))
+
+    def draw_prior(key, num_particles):
+        check_positive_int(num_particles, "num_particles")
+        return draw_batch(jax.random.split(key, num_particles))
+
+    return ProgramDensities(log_prior, log_likelihood, draw_prior, unravel)
+
+
+_ADDITIVE_STEP = blackjax.additive_step_random_walk.build_kernel()
+
+
+def _rw_step(rng_key, state, logdensity_fn, proposal_tril):
+    """One random-walk Metropolis step with Gaussian proposal N(0, L L^T)."""
+    return _ADDITIVE_STEP(rng_key, state, logdensity_fn, random_walk.normal(proposal_tril))
+
+
+def _proposal_tril(particles, weights):
+    """Cholesky factor of 2.38^2 / d times the weighted particle covariance (jittered)."""
+    dim = particles.shape[1]
+    weights = jnp.where(jnp.isfinite(weights), weights, 0.0)
+    weights = weights / jnp.maximum(jnp.sum(weights), jnp.finfo(weights.dtype).tiny)
+    centred = particles - weights @ particles
+    cov = (centred * weights[:, None]).T @ centred
+    variance = jnp.diag(cov)
+    jitter = 1e-6 * jnp.mean(variance) + 1e-12
+    tril = jnp.linalg.cholesky(0.5 * (cov + cov.T) + jitter * jnp.eye(dim, dtype=cov.dtype))
+    tril = jnp.where(jnp.all(jnp.isfinite(tril)), tril, jnp.diag(jnp.sqrt(variance + jitter)))
+    return (2.38 / np.sqrt(dim)) * tril
+
+
+def _root_solver(fun, min_delta, max_delta):
+    """BlackJAX's dichotomy for the next temperature step, never stuck at 0: where the
+    likelihood is zero on more than 1 - target_ess of the particles no step reaches the
+    target ESS; the smallest step that moves lambda is taken then (it drops them)."""
+    delta = solver.dichotomy(fun, min_delta, max_delta)
+    eps = jnp.finfo(jnp.result_type(max_delta)).eps
+    smallest = jnp.minimum(1e-9 * max_delta + 4 * eps * (1.0 - max_delta), max_delta)
+    return jnp.where(delta > 0, delta, smallest)
+
+
+#: The random walk's scale: 2.38 / sqrt(d) times the particles' spread, times a factor
+#: moved by exp(_ADAPT_RATE * (acceptance - _TARGET_ACCEPTANCE)) after every step.
+_TARGET_ACCEPTANCE = 0.234
+_ADAPT_RATE = 2.0
+_MAX_LOG_FACTOR = 5.0
+
+
+@functools.lru_cache(maxsize=4)  # the same densities again: no new compilation
+def _smc_run(log_prior, log_likelihood, num_mcmc_steps):
+    """A jitted (key, particles, target_ess, max_steps) -> (log Z, steps, sum of acceptance
+    rates, final lambda); the settings are traced, so changing them compiles nothing new."""
+
+    def run(key, particles, target_ess, max_steps):
+        kernel = adaptive_tempered.build_kernel(
+            lambda u: _finite_or_minus_inf(log_prior(u)),
+            lambda u: _finite_or_minus_inf(log_likelihood(u)),
+            _rw_step, random_walk.init, resampling.systematic, target_ess,
+            root_solver=_root_solver)
+        state = adaptive_tempered.init(particles)
+        state = state._replace(tempering_param=jnp.zeros((), particles.dtype))
+        zero = jnp.zeros((), particles.dtype)
+
+        def cond(carry):
+            _, state, step, _, _, _ = carry
+            return (state.tempering_param < 1.0) & (step < max_steps)
+
+        def body(carry):
+            key, state, step, log_z, acceptance, log_factor = carry
+            key, subkey = jax.random.split(key)
+            tril = jnp.exp(log_factor) * _proposal_tril(state.particles, state.weights)
+            state, info = kernel(subkey, state, num_mcmc_steps, {"proposal_tril": tril[None]})
+            rate = jnp.mean(info.update_info.acceptance_rate)
+            log_factor = jnp.clip(log_factor + _ADAPT_RATE * (rate - _TARGET_ACCEPTANCE),
+                                  -_MAX_LOG_FACTOR, 1.0)
+            return (key, state, step + 1, log_z + info.log_likelihood_increment,
+                    acceptance + rate, log_factor)
+
+        _, state, steps, log_z, acceptance, _ = jax.lax.while_loop(
+            cond, body, (key, state, jnp.zeros((), jnp.int32), zero, zero, zero))
+        return log_z, steps, acceptance, state.tempering_param
+
+    return jax.jit(run)
+
+
+def _check_particles(particles, name):
+    arr = jnp.asarray(particles)
+    if arr.ndim != 2 or not jnp.issubdtype(arr.dtype, jnp.floating) or arr.shape[1] < 1:
+        raise ValueError(f"{name} must be a float array (num_particles, dim); got "
+                         f"shape {arr.shape} and dtype {arr.dtype}")
+    if arr.shape[0] < 2:
+        raise ValueError(f"{name} must hold at least 2 particles (rows); got shape {arr.shape}")
+    if not bool(jnp.all(jnp.isfinite(arr))):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar):
+    num_repeats = check_positive_int(num_repeats, "num_repeats")
+    if num_repeats < 2:
+        raise ValueError(f"num_repeats must be at least 2 (the standard error needs two "
+                         f"runs); got {num_repeats}")
+    return (num_repeats, check_fraction(target_ess, "target_ess"),
+            check_positive_int(num_mcmc_steps, "num_mcmc_steps"),
+            check_positive_int(max_steps, "max_steps"), check_bool(progress_bar, "progress_bar"))
+
+
+def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, rng_key,
+                              num_repeats: int = 5, target_ess: float = 0.5,
+                              num_mcmc_steps: int = 10, max_steps: int = 200,
+                              progress_bar: bool = False) -> EvidenceResult:
+    """log Z = log integral exp(log_prior(u) + log_likelihood(u)) du by adaptive tempered SMC.
+
+    Parameters
+    ----------
+    log_prior, log_likelihood : callable u -> float
+        Log densities of ONE flat vector u (1-D array), jax-traceable; exp(log_prior)
+        must be a normalised density in u (the prior that ``initial_particles`` draw).
+    initial_particles : array (num_particles, dim) or callable key -> such an array
+        Draws from the prior. A callable gives every repeat fresh draws (fully
+        independent repeats); a fixed array is shared by the repeats.
+    rng_key : jax.random key
+    num_repeats : int
+        Independent runs (at least 2), from which the standard error comes.
+    target_ess : float in (0, 1)
+        Fraction of effective particles each tempering step keeps.
+    num_mcmc_steps : int
+        Random-walk Metropolis steps per tempering step.
+    max_steps : int
+        Most tempering steps of one run.
+    progress_bar : bool
+        A tqdm bar over the repeats.
+    """
+    check_rng_key(rng_key)
+    for name, fn in (("log_prior", log_prior), ("log_likelihood", log_likelihood)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be a callable u -> float; got {fn!r}")
+    num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar = _check_settings(
+        num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar)
+    if callable(initial_particles):
+        def draw(key):
+            return _check_particles(initial_particles(key), "initial_particles(key)")
+    else:
+        fixed = _check_particles(initial_particles, "initial_particles")
+        draw = lambda key: fixed  # noqa: E731
+    run = _smc_run(log_prior, log_likelihood, num_mcmc_steps)
+    repeats = range(num_repeats)
+    if progress_bar:
+        from tqdm.auto import tqdm
+
+        repeats = tqdm(repeats, desc="tempered SMC", unit="run")
+    start = time.perf_counter()
+    runs, steps, accept, final = [], [], [], []
+    keys = jax.random.split(rng_key, num_repeats)
+    for repeat in repeats:
+        key_init, key_run = jax.random.split(keys[repeat])
+        log_z, num_steps, acceptance, lam = run(key_run, draw(key_init), target_ess, max_steps)
+        runs.append(float(log_z))
+        steps.append(int(num_steps))
+        accept.append(float(acceptance))
+        final.append(float(lam))
+    seconds = time.perf_counter() - start
+    runs, steps = np.asarray(runs), np.asarray(steps)
+    with np.errstate(invalid="ignore"):
+        estimate = float(np.mean(runs))
+        error = float(np.std(runs, ddof=1) / np.sqrt(num_repeats))
+    reached = np.asarray(final) >= 1.0
+    finite = bool(np.isfinite(estimate) and np.isfinite(error))
+    if not reached.all():
+        warnings.warn(f"tempered SMC: {int(np.sum(~reached))} of {num_repeats} run(s) stopped "
+                      f"at max_steps={max_steps} before temperature 1 (final temperatures "
+                      f"{np.round(final, 4).tolist()}); raise max_steps or target_ess",
+                      ConvergenceWarning, stacklevel=2)
+    if not finite:
+        warnings.warn(f"tempered SMC: the log evidence is not finite (runs {runs.tolist()}): "
+                      "the likelihood is zero or NaN on every particle at some step",
+                      NumericalWarning, stacklevel=2)
+    total_steps = max(int(np.sum(steps)), 1)
+    return EvidenceResult(estimate, error, runs, steps, float(np.sum(accept)) / total_steps,
+                          seconds, bool(reached.all() and finite))
+
+
+def log_evidence(model, *model_args, rng_key, num_particles: int = 1000, num_repeats: int = 5,
+                 target_ess: float = 0.5, num_mcmc_steps: int = 10, max_steps: int = 200,
+                 progress_bar: bool = False, **model_kwargs) -> EvidenceResult:
+    """log p(x) of a NumPyro program with its observed data, by adaptive tempered SMC.
+
+    Discrete latent sites are summed out by enumeration, the continuous latent sites
+    are integrated over their prior (see :func:`program_densities` and the module
+    docstring for the estimator and its error).
+
+    Parameters
+    ----------
+    model : callable
+        The NumPyro program.
+    *model_args, **model_kwargs
+        Its arguments, the observed data among them.
+    rng_key : jax.random key
+    num_particles : int
+        Particles of every run (at least 2; hundreds to thousands).
+    num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar
+        As in :func:`tempered_smc_log_evidence`.
+    """
+    check_rng_key(rng_key)
+    num_particles = check_positive_int(num_particles, "num_particles")
+    if num_particles < 2:
+        raise ValueError(f"num_particles must be at least 2; got {num_particles}")
+    _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar)
+    key_program, key_smc = jax.random.split(rng_key)
+    densities = program_densities(model, *model_args, rng_key=key_program, **model_kwargs)
+    return tempered_smc_log_evidence(
+        densities.log_prior, densities.log_likelihood,
+        lambda key: densities.draw_prior(key, num_particles), rng_key=key_smc,
+        num_repeats=num_repeats, target_ess=target_ess, num_mcmc_steps=num_mcmc_steps,
+        max_steps=max_steps, progress_bar=progress_bar)
