@@ -9,7 +9,15 @@ is added to :data:`MODEL_MODULES`.
 import importlib
 import importlib.metadata
 
-from ppl_models.registry import FAMILIES, REGISTRY, Family, ModelInfo, register, register_family
+from ppl_models.registry import (
+    FAMILIES,
+    REGISTRY,
+    Family,
+    ModelInfo,
+    Selection,
+    register,
+    register_family,
+)
 
 try:
     __version__ = importlib.metadata.version("ppl-zoo")
@@ -24,5 +32,5 @@ for _name in MODEL_MODULES:
 
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture, vb_mixture  # noqa: E402
 
-__all__ = ["FAMILIES", "MODEL_MODULES", "REGISTRY", "Family", "ModelInfo", "register",
+__all__ = ["FAMILIES", "MODEL_MODULES", "REGISTRY", "Family", "ModelInfo", "Selection", "register",
            "register_family", "clipped_gaussian", "gvq", "mcvq", "mixture", "vb_mixture"]

@@ -279,7 +279,7 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
         raise ValueError(f"num_samples must be at least 4; got {num_samples}")
     evidence_options = {**EVIDENCE_OPTIONS, **dict(evidence_options or {})}
     scored = bool(candidates) and bool({"cv", "train", "bic", "aic"} & set(criteria))
-    if scored:
+    if candidates:
         scorer.set_candidates(candidates)
     # The first five criteria's keys are those of earlier versions (same key, same result).
     keys = dict(zip(_KEYED, jax.random.split(rng_key, len(_KEYED)), strict=True))

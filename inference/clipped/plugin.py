@@ -13,8 +13,9 @@ from inference.clipped.baselines import (
 )
 from inference.clipped.compare import compare_clipped
 from inference.clipped.fit import ClippedGaussianFit, fit_clipped_gaussian
+from inference.clipped.scorer import ClippedScorer, check_candidates
 from inference.clipped.stream import fit_clipped_gaussian_stream
-from ppl_models.registry import Family, register_family
+from ppl_models.registry import Family, Selection, register_family
 
 __all__ = ["FAMILY"]
 
@@ -29,4 +30,8 @@ FAMILY = register_family(Family(
     baselines={"fit_clipped_svi": fit_clipped_svi, "fit_clipped_mcmc": fit_clipped_mcmc},
     comparisons={"clipped": compare_clipped},
     experiments=experiments.EXPERIMENTS,
+    selection=Selection(
+        label="P", size="number of hidden units",
+        criteria=("cv", "train", "bic", "aic"), default_criteria=("cv", "train", "bic", "aic"),
+        scorer=ClippedScorer, candidates=check_candidates, options=("noise",)),
 ))

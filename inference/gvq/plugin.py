@@ -20,8 +20,9 @@ from inference.gvq.compare_learning import compare_gvq_learning
 from inference.gvq.constraints import associate_sets
 from inference.gvq.description_length import DescriptionLength
 from inference.gvq.em import GVQResult, fit_gvq
+from inference.gvq.scorer import GVQScorer, check_candidates
 from inference.gvq.stream import fit_gvq_stream
-from ppl_models.registry import Family, register_family
+from ppl_models.registry import Family, Selection, register_family
 
 __all__ = ["FAMILY"]
 
@@ -38,4 +39,10 @@ FAMILY = register_family(Family(
     comparisons={"gvq": compare_gvq, "gvq_association": compare_gvq_association,
                  "gvq_learning": compare_gvq_learning},
     experiments=experiments.EXPERIMENTS,
+    selection=Selection(
+        label="n", size="number of features",
+        criteria=("cv", "train", "bic", "aic", "loo", "waic", "evidence"),
+        default_criteria=("cv", "bic", "aic"),
+        scorer=GVQScorer, candidates=check_candidates,
+        options=("noise", "feature_scale")),
 ))

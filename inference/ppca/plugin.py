@@ -10,8 +10,9 @@ import numpy as np
 from inference.ppca.baselines import PPCAMCMCResult, PPCASVIResult, fit_ppca_mcmc, fit_ppca_svi
 from inference.ppca.compare import compare_ppca
 from inference.ppca.em import PPCAResult, fit_ppca
+from inference.ppca.selection import PPCAScorer, check_candidates
 from ppl_models.references import cite
-from ppl_models.registry import BadInput, Family, register_family
+from ppl_models.registry import BadInput, Family, Selection, register_family
 from ppl_models.validation import MissingKeyError
 
 __all__ = ["FAMILY", "PAPER"]
@@ -122,4 +123,9 @@ FAMILY = register_family(Family(
     baselines={"fit_ppca_svi": fit_ppca_svi, "fit_ppca_mcmc": fit_ppca_mcmc},
     comparisons={"ppca": compare_ppca},
     bad_inputs=_bad_inputs,
+    selection=Selection(
+        label="q", size="number of principal components",
+        criteria=("cv", "train", "bic", "aic", "loo", "waic", "evidence", "laplace", "pca_mle"),
+        default_criteria=("cv", "bic", "aic", "laplace", "pca_mle"),
+        scorer=PPCAScorer, candidates=check_candidates, options=("fit",)),
 ))
