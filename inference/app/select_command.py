@@ -1,0 +1,384 @@
+"""``ppl-zoo select FAMILY --data FILE``: choose a model's size on the user's own data.
+
+Reads a data matrix (rows = examples, columns = dimensions) from a ``.csv`` file,
+with or without a header row, or from a ``.npy`` file; scores the family's
+candidate sizes with :func:`inference.model_selection`; prints its table and writes
+``selection.csv`` (one row per candidate), ``selection.json`` (everything, with the
+data file, its shape, the seed and every criterion's choice) and ``selection.png``
+(one panel per criterion: its value per example against the candidate size, the
+choice marked) into the output folder.
+
+The command is generic over the registry: every family that declares a
+:class:`ppl_models.registry.Selection` can be selected, and a family whose
+candidates are tuples (its label reads like ``"(K, J)"``) takes candidates written
+``K,J`` or ``KxJ``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ppl_models.diagnostics import ZooWarning
+
+__all__ = ["DATA_SUFFIXES", "read_data", "parse_candidates", "save_selection",
+           "plot_selection", "main"]
+
+#: The data files ``ppl-zoo select`` reads.
+DATA_SUFFIXES = (".csv", ".npy")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_csv(path: Path) -> tuple[np.ndarray, list[str] | None]:
+    """The rows of a CSV file as floats, and its header (None without one)."""
+    header, rows, width = None, [], None
+    with open(path, newline="", encoding="utf-8-sig") as handle:
+        reader = csv.reader(handle)
+        for cells in reader:
+            line = reader.line_num
+            cells = [c.strip() for c in cells]
+            if not cells or all(c == "" for c in cells):
+                continue  # blank lines
+            if width is None:
+                width = len(cells)
+                if not all(_is_number(c) for c in cells):
+                    header = cells
+                    continue
+            elif len(cells) != width:
+                raise ValueError(f"{path}: line {line} has {len(cells)} columns, but the "
+                                 f"{'header' if header is not None else 'first row'} has "
+                                 f"{width} (every row needs the same number of columns)")
+            row = []
+            for j, cell in enumerate(cells):
+                column = (f"column {header[j]!r}" if header is not None and header[j]
+                          else f"column {j + 1}")
+                try:
+                    value = float(cell)
+                except ValueError:
+                    where = "below the header " if header is not None else ""
+                    hint = ("; the file must be comma-separated" if re.search(r"[;\t]", cell)
+                            else "")
+                    raise ValueError(f"{path}: {column}, line {line}: {cell!r} is not a "
+                                     f"number (every cell {where}must be numeric{hint})"
+                                     ) from None
+                if not math.isfinite(value):
+                    raise ValueError(f"{path}: {column}, line {line}: {cell!r} is not a "
+                                     "finite number (missing values are not supported)")
+                row.append(value)
+            rows.append(row)
+    if width is None:
+        raise ValueError(f"{path}: the file is empty (no rows of numbers)")
+    if not rows:
+        raise ValueError(f"{path}: the file has a header row but no rows of numbers")
+    return np.asarray(rows, dtype=np.float64), header
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        x = np.load(path, allow_pickle=False)
+    except ValueError as error:  # object arrays, corrupt files
+        raise ValueError(f"{path}: not a readable numeric .npy array ({error})") from None
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{path}: holds no single array (an .npz archive?); save one 2-D "
+                         "array with numpy.save")
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: the array must be numeric; got dtype {x.dtype}")
+    if x.ndim != 2:
+        hint = (" (one example per row: for one-dimensional data save x.reshape(-1, 1))"
+                if x.ndim == 1 else "")
+        raise ValueError(f"{path}: the array must be 2-D (examples x dimensions); got shape "
+                         f"{x.shape}{hint}")
+    if x.size == 0:
+        raise ValueError(f"{path}: the array is empty; got shape {x.shape}")
+    x = x.astype(np.float64)
+    if not np.all(np.isfinite(x)):
+        row, col = np.argwhere(~np.isfinite(x))[0]
+        raise ValueError(f"{path}: the array must be finite; row {row + 1}, column {col + 1} "
+                         f"holds {x[row, col]}")
+    return x
+
+
+def read_data(path) -> tuple[np.ndarray, list[str] | None]:
+    """Read a data matrix from a ``.csv`` or ``.npy`` file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A ``.csv`` file (comma-separated; a first row whose cells are not all
+        numbers is a header, every later row must be numeric) or a ``.npy`` file
+        holding one 2-D numeric array.
+
+    Returns
+    -------
+    x : numpy.ndarray (N, D)
+        The data as float64, one example per row.
+    header : list of str or None
+        The CSV file's column names, None without a header (and for ``.npy``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        Another extension; an empty file; rows of different lengths; a non-numeric
+        or non-finite cell (the message names its column and line); an array that is
+        not 2-D or not numeric.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in DATA_SUFFIXES:
+        raise ValueError(f"--data must be a {' or '.join(DATA_SUFFIXES)} file; got {str(path)!r}")
+    if not path.exists():
+        raise FileNotFoundError(f"--data: no such file: {str(path)!r}")
+    if not path.is_file():
+        raise ValueError(f"--data must be a file; {str(path)!r} is a folder")
+    if suffix == ".npy":
+        return _read_npy(path), None
+    return _read_csv(path)
+
+
+def _arity(label: str) -> int:
+    """How many integers make one candidate: 2 for a label such as ``"(K, J)"``."""
+    label = label.strip()
+    return label.count(",") + 1 if label.startswith("(") else 1
+
+
+def parse_candidates(values, label: str, size: str = "size"):
+    """The ``--candidates`` words as the family's candidates.
+
+    Parameters
+    ----------
+    values : sequence of str or None
+        The words; None keeps the family's default candidates.
+    label : str
+        The family's candidate label (``Selection.label``): ``"k"`` takes integers,
+        a tuple label such as ``"(K, J)"`` takes pairs written ``K,J`` or ``KxJ``.
+    size : str
+        What a candidate is, in words (for messages).
+
+    Returns
+    -------
+    tuple or None
+        Integers, or tuples of integers; None when ``values`` is None.
+
+    Raises
+    ------
+    ValueError
+        A word that is not an integer (or not a pair of them), naming ``--candidates``.
+
+    Examples
+    --------
+    >>> parse_candidates(["1", "2", "3"], "k")
+    (1, 2, 3)
+    >>> parse_candidates(["2,3", "3x3"], "(K, J)")
+    ((2, 3), (3, 3))
+    """
+    if values is None:
+        return None
+    arity = _arity(label)
+    out = []
+    for word in values:
+        parts = re.split(r"\s*[,xX]\s*", word.strip().strip("()[] ")) if arity > 1 else [word]
+        if len(parts) == arity and all(re.fullmatch(r"\s*[+-]?\d+\s*", p) for p in parts):
+            numbers = tuple(int(p) for p in parts)
+            out.append(numbers if arity > 1 else numbers[0])
+            continue
+        if arity > 1:
+            names = label.strip("() ").replace(" ", "").split(",")
+            example = " ".join(",".join([str(n)] * arity) for n in (2, 3))
+            raise ValueError(f"--candidates: {word!r} is not a {label} candidate ({size}); "
+                             f"write {','.join(names)} or {'x'.join(names)} with integers, "
+                             f"e.g. --candidates {example}")
+        raise ValueError(f"--candidates: {word!r} is not an integer {label} ({size})")
+    return tuple(out)
+
+
+def _choices(result) -> dict:
+    """criterion -> its chosen candidate as text (``"3"``, ``"(2, 4)"``), None if none."""
+    from inference.app.selection_result import candidate_name
+
+    return {c: None if chosen is None else candidate_name(chosen)
+            for c, chosen in result.choice.items()}
+
+
+def save_selection(result, output_dir, *, data, shape, seed, settings=None) -> dict[str, Path]:
+    """Write ``selection.csv``, ``selection.json`` and ``selection.png`` into a folder.
+
+    Parameters
+    ----------
+    result : ModelSelectionResult
+        What :func:`inference.model_selection` returned.
+    output_dir : str or path-like
+        The folder (created if missing; files of an earlier run are replaced).
+    data : str
+        The data file, recorded in the JSON file and the figure's title.
+    shape : (int, int)
+        The data's number of examples and dimensions.
+    seed : int
+        The random seed of the run.
+    settings : dict, optional
+        Further settings to record in the JSON file (folds, restarts, ...).
+
+    Returns
+    -------
+    dict
+        ``"csv"``, ``"json"`` and (with matplotlib installed) ``"png"`` -> the path written.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"csv": output_dir / "selection.csv", "json": output_dir / "selection.json"}
+    rows = result.rows()
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+    report = {**result.to_dict(), "data": str(data), "num_examples": int(shape[0]),
+              "dim": int(shape[1]), "seed": int(seed), **dict(settings or {}),
+              "choices": _choices(result)}
+    with open(paths["json"], "w") as handle:
+        json.dump(report, handle, indent=2)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        warnings.warn("matplotlib is not installed: no figure written "
+                      '(pip install -e ".[examples]")', ZooWarning, stacklevel=2)
+    else:
+        paths["png"] = output_dir / "selection.png"
+        plot_selection(result, paths["png"],
+                       title=f"ppl-zoo select {result.model}: {Path(str(data)).name}")
+    return paths
+
+
+def plot_selection(result, path, *, title: str | None = None) -> None:
+    """One panel per criterion: its value per example against the candidate size.
+
+    Parameters
+    ----------
+    result : ModelSelectionResult
+    path : str or path-like
+        The PNG file to write (matplotlib's Agg backend).
+    title : str, optional
+        The figure's title (default: the family's name).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from inference.app.selection_result import candidate_name
+
+    candidates = list(result.candidates)
+    numeric = all(isinstance(c, int | np.integer) for c in candidates)
+    xs = np.asarray(candidates if numeric else range(len(candidates)), dtype=float)
+    criteria = list(result.values)
+    cols = min(3, max(1, len(criteria)))
+    rows = max(1, math.ceil(len(criteria) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(criteria):]:
+        ax.set_visible(False)
+    for ax, criterion in zip(axes.flat, criteria, strict=False):
+        values = np.asarray(result.values[criterion], dtype=float)
+        errors = result.standard_errors.get(criterion)
+        if errors is not None:
+            ax.errorbar(xs, values, yerr=np.asarray(errors, dtype=float), marker="o",
+                        capsize=3, label="value (SE)")
+        else:
+            ax.plot(xs, values, marker="o", label="value")
+        chosen = result.choice.get(criterion)
+        if chosen in candidates:
+            i = candidates.index(chosen)
+            if np.isfinite(values[i]):
+                ax.plot(xs[i], values[i], marker="*", markersize=16, color="tab:red",
+                        linestyle="none", label=f"choice {candidate_name(chosen)}")
+        if not np.any(np.isfinite(values)):
+            ax.text(0.5, 0.5, "not computed", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_title(criterion)
+        ax.set_xlabel(result.label)
+        ax.set_ylabel("nats per example")
+        if not numeric or len(candidates) <= 12:
+            ax.set_xticks(xs)
+            ax.set_xticklabels([candidate_name(c) for c in candidates],
+                               rotation=0 if numeric else 45)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title or result.model)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _family(name: str, specs: dict) -> str:
+    """The selectable family called ``name`` (hyphens accepted), or a ValueError."""
+    family = name.replace("-", "_")
+    if family in specs:
+        return family
+    from ppl_models.registry import REGISTRY
+
+    hint = ""
+    if family in REGISTRY and REGISTRY[family].family in specs:
+        hint = (f" ({family!r} is a model of the family {REGISTRY[family].family!r}: "
+                f"select its size with `ppl-zoo select {REGISTRY[family].family}`)")
+    raise ValueError(f"unknown family {name!r}{hint}; the selectable families are "
+                     f"{sorted(specs)}")
+
+
+def main(args) -> int:
+    """Run ``ppl-zoo select`` on parsed arguments; return the exit status.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``family``, ``data``, ``candidates``, ``criteria``, ``output_dir``, ``seed``,
+        ``folds``, ``restarts``, ``no_progress`` (see ``ppl-zoo select --help``).
+
+    Returns
+    -------
+    int
+        0 on success.
+
+    Raises
+    ------
+    ValueError, TypeError, FileNotFoundError
+        Bad input: an unknown family or criterion, malformed candidates, unreadable
+        data, or candidates the data do not allow (the command line prints them).
+    """
+    from inference.app.selection import model_selection, selectable_families
+
+    specs = selectable_families()
+    family = _family(args.family, specs)
+    spec = specs[family]
+    candidates = parse_candidates(args.candidates, spec.label, spec.size)
+    for flag, value, least in (("--folds", args.folds, 2), ("--restarts", args.restarts, 1)):
+        if value < least:
+            raise ValueError(f"{flag} must be at least {least}; got {value}")
+    criteria = None if args.criteria is None else [c.replace("-", "_") for c in args.criteria]
+    x, header = read_data(args.data)
+    result = model_selection(x, candidates, model=family, criteria=criteria,
+                             rng_key=jax.random.key(args.seed), num_folds=args.folds,
+                             num_restarts=args.restarts, progress_bar=not args.no_progress)
+    print(f"# {family} on {args.data}: {x.shape[0]} examples x {x.shape[1]} dimensions, "
+          f"seed={args.seed}, folds={args.folds}, restarts={args.restarts}")
+    print(result.table())
+    settings = {"num_folds": args.folds, "num_restarts": args.restarts,
+                "columns": header}
+    paths = save_selection(result, args.output_dir, data=args.data, shape=x.shape,
+                           seed=args.seed, settings=settings)
+    for kind, path in paths.items():
+        print(f"wrote {kind.upper():4s} {path}")
+    return 0
