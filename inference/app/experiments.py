@@ -16,11 +16,53 @@ sizes as far as the examples reach them).
 from __future__ import annotations
 
 from inference.app.families import load_families
-from inference.engine.reporting import VERDICTS, Experiment, finding
+from inference.engine.reporting import VERDICTS, Experiment, finding, rate
+from ppl_models.references import cite
 
-__all__ = ["EXPERIMENTS", "Experiment", "VERDICTS", "finding"]
+__all__ = ["EXPERIMENTS", "STUDIES", "Experiment", "VERDICTS", "finding"]
+
+
+def _selection_study(data):
+    """Per family: the evidence's hit rate on well-separated data, each criterion's hit
+    rate there, and the criterion agreeing best with the evidence."""
+    seeds = data["settings"]["seeds"]
+    out = []
+    for name, family in data["families"].items():
+        separated = family["summary"]["separated"]
+        planted = family["planted"]
+        for criterion in family["criteria"]:
+            hits = separated[criterion]["hits"]
+            verdict, detail = rate(hits, seeds)
+            what = "the reference evidence" if criterion == "evidence" else criterion
+            out.append(finding(f"{name}: {what} chooses the planted size {planted} on "
+                               "well-separated data", "the planted size (a study, no paper "
+                               "value)", f"{hits}/{seeds} seeds", verdict, detail))
+        best = family["best"]
+        if best is not None and "evidence" in family["criteria"]:
+            verdict, detail = rate(best["agree"], best["total"])
+            rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
+            out.append(finding(f"{name}: the criterion that agrees best with the reference "
+                               "evidence (all three levels)", "(a study, no paper value)",
+                               f"{best['criterion']}: same choice in {best['agree']}/"
+                               f"{best['total']} runs, mean Spearman rho {rho}", verdict,
+                               detail.replace("seeds", "runs")))
+    if not out:
+        raise KeyError("families")
+    return out
+
+
+#: Experiments of the zoo itself (not of one family's paper), after the families'.
+STUDIES = (
+    Experiment("selection_study", "; ".join(cite(k).rstrip(".") for k in (
+                   "smc_samplers", "psis_loo", "minka_pca", "vb_mixture")),
+               "model selection for every family", "Each criterion against the reference "
+               "log evidence (tempered SMC) at three difficulty levels",
+               "(a study: no paper value)", "selection_study.py", "selection_study.json",
+               _selection_study),
+)
 
 #: Name -> experiment, in report order.
 EXPERIMENTS: dict[str, Experiment] = {
     experiment.name: experiment
     for family in load_families().values() for experiment in family.experiments}
+EXPERIMENTS.update((experiment.name, experiment) for experiment in STUDIES)

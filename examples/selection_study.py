@@ -1,0 +1,373 @@
+"""Model-selection study: every family's criteria graded against the reference evidence.
+=====================================================================================
+
+
+For each family whose size is selectable -- Gaussian mixture k, MCVQ (K, J), GVQ
+number of features n, clipped-Gaussian hidden units P, PPCA components q -- this
+script plants a model, draws data at three difficulty levels (well separated,
+overlapping, too few examples) over several seeds, and runs
+:func:`inference.model_selection` over candidates around the planted size with every
+criterion the family offers. The *reference* is the log marginal likelihood of each
+candidate's Bayesian program (its priors, discrete sites summed out), estimated by
+adaptive tempered SMC with its own standard error from repeated runs; it is what
+Bayesian model selection is about, so every other criterion is judged by
+
+* its **hit rate**: how often it chooses the planted size;
+* its **agreement** with the evidence: how often it chooses what the evidence chooses;
+* its **rank correlation** (Spearman) with the evidence across the candidates of a
+  seed, averaged over seeds;
+* its **cost**: wall seconds per seed (all candidates).
+
+Prints one table per family and writes ``selection_study.json`` and one figure per
+family (``selection_study_<family>.png``: hit rate and agreement per criterion and
+level). ``--quick`` runs one seed of the well-separated level with the cheap criteria
+(no NUTS, no SMC): a smoke test of the pipeline, not a study. ``--levels`` and
+``--families`` choose parts of the full study.
+
+The evidence is judged decisive for a seed when its best candidate beats the runner-up
+by more than twice the combined standard error of the two SMC estimates; agreement is
+counted over decisive seeds only, since an undecided reference grades nothing.
+
+Priors of the reference. The evidence depends on the program's priors. The data of
+the mixture, MCVQ and PPCA are standardised (zero mean, unit overall variance) before
+selection (GVQ's x = s F has no offset, so its data are left as drawn), and every program
+keeps its documented priors except the mixture's scale, set to 2 (means and standard
+deviations a priori within a few units of the standardised data). MCVQ's evidence is
+conditioned on the dimension assignment and state weights of its EM fit (summing
+the assignment out couples every example; see ``inference.mcvq.selection``). The
+clipped-Gaussian program has one continuous latent vector per example and no
+reference evidence here.
+
+References: Schwarz (1978), Akaike (1974), Watanabe (2010), Vehtari, Gelman and Gabry
+(2017), Minka (NIPS 2000) for the criteria; Del Moral, Doucet and Jasra, "Sequential
+Monte Carlo samplers", JRSS B 68 (2006) for the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from inference.app.selection import model_selection, selectable_families
+from inference.engine.reporting import jsonable
+from ppl_models import clipped_gaussian, gvq, mcvq, mixture, ppca
+from ppl_models.diagnostics import ZooWarning
+
+LEVELS = ("separated", "overlapping", "few")
+
+
+def standardise(x):
+    x = np.asarray(x, np.float64)
+    x = x - x.mean(axis=0)
+    return (x / np.sqrt(np.mean(x ** 2))).astype(np.float32)
+
+
+class Study(NamedTuple):
+    """One family's planted problem, its levels, candidates and criteria."""
+
+    planted: object
+    candidates: tuple
+    levels: dict                     # level -> keyword arguments of ``draw``
+    draw: object                     # (key, **level) -> data (N, D)
+    criteria: tuple
+    quick_criteria: tuple
+    options: dict | None = None
+    fit_options: dict | None = None
+    standardise: bool = True
+
+
+def _mixture(key, num, separation):
+    return mixture.generate(key, num, 3, 2, separation=separation).x
+
+
+def _ppca(key, num, noise):
+    return ppca.generate(key, num, 6, 2, noise=noise).x
+
+
+def _gvq(key, num, noise):
+    return gvq.generate_planted(key, num, 3, 6, noise_scale=noise).x
+
+
+def _clipped(key, num, noise):
+    return clipped_gaussian.generate(key, num, 10, 2, noise=noise).s
+
+
+def _mcvq(key, num, separation):
+    return mcvq.generate(key, num, 8, 2, 3, separation=separation, noise_scale=0.5).x
+
+
+STUDIES = {
+    "mixture": Study(3, (1, 2, 3, 4, 5), {
+        "separated": dict(num=300, separation=8.0), "overlapping": dict(num=300, separation=2.5),
+        "few": dict(num=24, separation=5.0)}, _mixture,
+        ("vb", "cv", "bic", "aic", "waic", "loo", "evidence"), ("cv", "bic", "aic"),
+        options={"prior_scale": 2.0}),
+    "mcvq": Study((2, 3), ((1, 3), (2, 2), (2, 3), (2, 4), (3, 3)), {
+        "separated": dict(num=120, separation=3.0), "overlapping": dict(num=120, separation=1.0),
+        "few": dict(num=16, separation=3.0)}, _mcvq,
+        ("vb", "cv", "bic", "aic", "evidence"), ("cv", "bic", "aic")),
+    "gvq": Study(3, (1, 2, 3, 4, 5), {
+        "separated": dict(num=200, noise=0.2), "overlapping": dict(num=200, noise=1.0),
+        "few": dict(num=12, noise=0.3)}, _gvq,
+        ("cv", "bic", "aic", "evidence"), ("cv", "bic", "aic"), standardise=False),
+    "clipped": Study(2, (1, 2, 3), {
+        "separated": dict(num=400, noise=0.0), "overlapping": dict(num=400, noise=1.0),
+        "few": dict(num=30, noise=0.0)}, _clipped,
+        ("cv", "bic", "aic"), ("cv", "bic", "aic"), standardise=False),
+    "ppca": Study(2, (1, 2, 3, 4, 5), {
+        "separated": dict(num=200, noise=0.3), "overlapping": dict(num=200, noise=1.5),
+        "few": dict(num=10, noise=0.3)}, _ppca,
+        ("cv", "bic", "aic", "waic", "loo", "laplace", "pca_mle", "evidence"),
+        ("cv", "bic", "aic", "laplace", "pca_mle")),
+}
+
+
+def spearman(a, b):
+    """Spearman's rank correlation of two vectors (NaN with fewer than 3 finite pairs or
+    a constant vector; ties share their mean rank, so equal values count as equal)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape:  # a criterion or the evidence not computed
+        return float("nan")
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3:
+        return float("nan")
+    from scipy.stats import rankdata
+
+    ra, rb = rankdata(a[ok]), rankdata(b[ok])  # ties get their mean rank
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def run_seed(name, study, level, seed, criteria, settings):
+    """One seed of one level: data, model_selection, the row kept for the summary."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), LEVELS.index(level)),
+                             sum(map(ord, name)))
+    key_data, key_select = jax.random.split(key)
+    x = np.asarray(study.draw(key_data, **study.levels[level]))
+    if study.standardise:
+        x = standardise(x)
+    num = x.shape[0]
+    cands = tuple(c for c in study.candidates if not isinstance(c, int) or c < num)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ZooWarning)
+        result = model_selection(
+            x, cands, model=name, criteria=criteria, rng_key=key_select,
+            num_folds=min(settings["folds"], num), num_restarts=settings["restarts"],
+            num_warmup=settings["nuts"], num_samples=settings["nuts"],
+            evidence_options=settings["evidence"], evidence_max_size=1 << 24,
+            loo_max_size=1 << 20, options=study.options, **(study.fit_options or {}))
+    return {"seed": seed, "num_examples": num, "decisive": decisive(result),
+            "candidates": [list(c) if isinstance(c, tuple) else c for c in cands],
+            "values": {c: list(v) for c, v in result.values.items()},
+            "errors": {c: list(v) for c, v in result.standard_errors.items()},
+            "choice": {c: (list(v) if isinstance(v, tuple) else v)
+                       for c, v in result.choice.items()},
+            "seconds": dict(result.seconds), "skipped": dict(result.skipped),
+            "notes": list(result.notes)}
+
+
+def decisive(result):
+    """Whether the evidence's best candidate beats the runner-up by more than twice the
+    combined SE of the two estimates (None without the evidence)."""
+    if "evidence" not in result.values:
+        return None
+    values = np.asarray(result.values["evidence"], float)
+    errors = np.asarray(result.standard_errors["evidence"], float)
+    ok = np.isfinite(values) & np.isfinite(errors)
+    if ok.sum() < 2:
+        return False
+    order = np.argsort(np.where(ok, values, -np.inf))[::-1]
+    first, second = order[0], order[1]
+    return bool(values[first] - values[second] > 2 * np.hypot(errors[first], errors[second]))
+
+
+def _same(a, b):
+    return a is not None and b is not None and list(np.atleast_1d(a)) == list(np.atleast_1d(b))
+
+
+def summarise(rows, planted, criteria):
+    """Per criterion: hits, agreement with the evidence, mean Spearman rho, mean seconds."""
+    out = {}
+    for c in criteria:
+        chosen = [r["choice"].get(c) for r in rows]
+        evidence = [r["choice"].get("evidence") if r.get("decisive") else None for r in rows]
+        rhos = [spearman(r["values"].get(c, []), r["values"].get("evidence", []))
+                for r in rows] if c != "evidence" and "evidence" in criteria else []
+        rhos = [v for v in rhos if np.isfinite(v)]
+        out[c] = {"hits": sum(_same(v, planted) for v in chosen),
+                  "scored": sum(v is not None for v in chosen),
+                  "agree": sum(_same(v, e) for v, e in zip(chosen, evidence, strict=True)),
+                  "with_evidence": sum(e is not None and v is not None
+                                       for v, e in zip(chosen, evidence, strict=True)),
+                  "rho": float(np.mean(rhos)) if rhos else None,
+                  "seconds": float(np.mean([r["seconds"].get(c, np.nan) for r in rows]))}
+    if "evidence" in criteria:
+        ses = [e for r in rows for e in r["errors"].get("evidence", [])
+               if e is not None and np.isfinite(e)]
+        out["evidence"]["mean_se"] = float(np.mean(ses)) if ses else None
+        out["evidence"]["decisive"] = sum(bool(r.get("decisive")) for r in rows)
+    return out
+
+
+def best_agreement(summary, criteria):
+    """The criterion (not the evidence itself) agreeing most often with the evidence over
+    every level, ties broken by mean rank correlation; (name, agree, total, rho)."""
+    best = None
+    for c in criteria:
+        if c == "evidence":
+            continue
+        agree = sum(summary[lv][c]["agree"] for lv in summary)
+        total = sum(summary[lv][c]["with_evidence"] for lv in summary)
+        rhos = [summary[lv][c]["rho"] for lv in summary if summary[lv][c]["rho"] is not None]
+        rho = float(np.mean(rhos)) if rhos else -2.0
+        key = (agree / total if total else -1.0, rho)
+        if best is None or key > best[0]:
+            best = (key, c, agree, total, rho if rhos else None)
+    return None if best is None else {"criterion": best[1], "agree": best[2], "total": best[3],
+                                      "rho": best[4]}
+
+
+def table(name, planted, summary, criteria, seeds):
+    lines = [f"\n{name}: planted {planted}, {seeds} seed(s) per level; per level: hits / "
+             "agreement with the evidence where it is decisive / Spearman rho with the "
+             "evidence / seconds per seed"]
+    header = f"{'criterion':<10s}" + "".join(f"{lv:>32s}" for lv in summary)
+    lines.append(header)
+    for c in criteria:
+        row = f"{c:<10s}"
+        for lv in summary:
+            s = summary[lv][c]
+            rho = "-" if s["rho"] is None else f"{s['rho']:+.2f}"
+            agree = f"{s['agree']}/{s['with_evidence']}" if c != "evidence" else "ref"
+            row += f"{s['hits']:>8d}/{seeds:<3d}{agree:>8s}{rho:>7s}{s['seconds']:>8.1f}s"
+        lines.append(row)
+    if "evidence" in criteria:
+        ses = [summary[lv]["evidence"].get("mean_se") for lv in summary]
+        lines.append("evidence decisive (best beats runner-up by > 2 SE) in: " + ", ".join(
+            f"{lv} {summary[lv]['evidence']['decisive']}/{seeds}" for lv in summary))
+        lines.append("evidence SE (nats per example, mean): " + ", ".join(
+            f"{lv} {se:.4f}" if se is not None else f"{lv} -" for lv, se in zip(summary, ses,
+                                                                                 strict=True)))
+    return lines
+
+
+def plot(path, name, planted, summary, criteria, seeds):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    width = 0.8 / len(summary)
+    xs = np.arange(len(criteria))
+    for i, lv in enumerate(summary):
+        hits = [summary[lv][c]["hits"] / seeds for c in criteria]
+        agree = [summary[lv][c]["agree"] / max(summary[lv][c]["with_evidence"], 1)
+                 if c != "evidence" else np.nan for c in criteria]
+        axes[0].bar(xs + i * width, hits, width, label=lv)
+        axes[1].bar(xs + i * width, agree, width, label=lv)
+    for ax, title in zip(axes, ("chooses the planted size", "chooses what the evidence "
+                                "chooses"), strict=True):
+        ax.set_xticks(xs + width * (len(summary) - 1) / 2, criteria, rotation=30)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("fraction of seeds")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{name}: planted {planted}, {seeds} seed(s) per level")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="2 seeds, cheap criteria, few SMC particles (a smoke test)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per level (default 20)")
+    parser.add_argument("--families", nargs="+", default=None,
+                        help=f"families to study (default all of {list(STUDIES)})")
+    parser.add_argument("--levels", nargs="+", default=None, choices=LEVELS,
+                        help="difficulty levels (default all; quick: separated)")
+    parser.add_argument("--particles", type=int, default=1000,
+                        help="SMC particles of the reference evidence (default 1000)")
+    parser.add_argument("--mcmc-steps", type=int, default=10,
+                        help="random-walk moves per tempering step of the SMC (default 10)")
+    parser.add_argument("--output-dir", "--out", default="zoo-results",
+                        help="folder for JSON and PNG")
+    args = parser.parse_args(argv)
+    seeds = (1 if args.quick else 20) if args.seeds is None else args.seeds
+    levels = (("separated",) if args.quick else LEVELS) if args.levels is None \
+        else tuple(args.levels)
+    families = list(STUDIES) if args.families is None else args.families
+    available = selectable_families()
+    unknown = [f for f in families if f not in STUDIES]
+    if unknown:
+        parser.error(f"--families: unknown {unknown}; choose from {list(STUDIES)}")
+    if seeds < 1:
+        parser.error("--seeds must be at least 1")
+    if min(args.particles, args.mcmc_steps) < 1:
+        parser.error("--particles and --mcmc-steps must be at least 1")
+    settings = {"folds": 3 if args.quick else 5, "restarts": 2 if args.quick else 3,
+                "nuts": 400, "levels": list(levels),
+                "evidence": {"num_particles": args.particles, "num_repeats": 4,
+                             "num_mcmc_steps": args.mcmc_steps}}
+    start = time.perf_counter()
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"settings": {"quick": args.quick, "seeds": seeds, **settings}, "families": {}}
+    lines = ["Model-selection study: each criterion against the reference log evidence "
+             "(adaptive tempered SMC)"]
+    for name in families:
+        if name not in available:
+            print(f"{name}: not selectable in this installation; skipped")
+            continue
+        study = STUDIES[name]
+        criteria = tuple(c for c in (study.quick_criteria if args.quick else study.criteria)
+                         if c in available[name].criteria)
+        rows, summary = {}, {}
+        for level in levels:
+            rows[level] = []
+            for seed in range(seeds):
+                row = run_seed(name, study, level, seed, criteria, settings)
+                rows[level].append(row)
+                print(f"  [{time.perf_counter() - start:6.0f} s] {name} {level} seed {seed}: "
+                      + ", ".join(f"{c}={row['choice'].get(c)}" for c in criteria), flush=True)
+            summary[level] = summarise(rows[level], study.planted, criteria)
+        planted = list(study.planted) if isinstance(study.planted, tuple) else study.planted
+        best = best_agreement(summary, criteria)
+        block = table(name, study.planted, summary, criteria, seeds)
+        if best is not None and "evidence" in criteria:
+            rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
+            block.append(f"best agreement with the evidence: {best['criterion']} "
+                         f"({best['agree']}/{best['total']} choices, mean rho {rho})")
+        print("\n".join(block), flush=True)
+        lines += block
+        figure = out / f"selection_study_{name}.png"
+        try:
+            plot(figure, name, study.planted, summary, criteria, seeds)
+        except ImportError:
+            figure = None
+        results["families"][name] = {
+            "planted": planted, "criteria": list(criteria), "levels": {
+                lv: study.levels[lv] for lv in levels},
+            "candidates": [list(c) if isinstance(c, tuple) else c for c in study.candidates],
+            "summary": summary, "best": best, "runs": rows,
+            "figure": None if figure is None else str(figure)}
+    results["seconds"] = time.perf_counter() - start
+    results["report"] = lines
+    path = out / "selection_study.json"
+    path.write_text(json.dumps(jsonable(results), indent=1))
+    print(f"wrote {path}")
+    print(f"total {results['seconds']:.1f} s")
+    return results
+
+
+if __name__ == "__main__":
+    main()

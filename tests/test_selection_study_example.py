@@ -1,0 +1,93 @@
+"""The model-selection study (``examples/selection_study.py``).
+
+The fast tests check the study's bookkeeping on hand-made rows (hits, agreement with a
+decisive evidence only, Spearman's rho, the best-agreeing criterion) and the findings
+that ``ppl-zoo reproduce`` reads from its JSON. The slow test runs ``--quick`` (one seed
+of the well-separated level of every family, cheap criteria) and checks that every
+criterion finds the planted size there.
+"""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from inference.app.experiments import EXPERIMENTS
+
+
+@pytest.fixture(scope="module")
+def example(load_example):
+    return load_example("selection_study")
+
+
+def test_spearman(example):
+    assert example.spearman([1, 2, 3, 4], [10, 20, 30, 45]) == pytest.approx(1.0)
+    assert example.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(example.spearman([1, 2], [1, 2]))  # too few pairs
+    assert math.isnan(example.spearman([1, 2, np.nan, 4], [1, 2, 3, np.nan]))
+    assert math.isnan(example.spearman([1, 1, 1], [1, 2, 3]))  # constant
+
+
+def _result(values, errors):
+    return SimpleNamespace(values={"evidence": values}, standard_errors={"evidence": errors})
+
+
+def test_decisive_needs_two_standard_errors(example):
+    assert example.decisive(_result((-10.0, -5.0, -9.0), (1.0, 1.0, 1.0))) is True
+    assert example.decisive(_result((-10.0, -5.0, -6.0), (1.0, 1.0, 1.0))) is False
+    assert example.decisive(_result((-5.0, np.nan), (1.0, np.nan))) is False
+    assert example.decisive(SimpleNamespace(values={}, standard_errors={})) is None
+
+
+def _row(choice, decisive=True, values=None):
+    return {"choice": choice, "decisive": decisive, "values": values or {}, "errors": {},
+            "seconds": {c: 1.0 for c in choice}}
+
+
+def test_summary_counts_agreement_only_where_the_evidence_is_decisive(example):
+    rows = [_row({"bic": 3, "cv": 2, "evidence": 3},
+                 values={"bic": [1, 3, 2], "cv": [1, 2, 3], "evidence": [1, 3, 2]}),
+            _row({"bic": 3, "cv": 3, "evidence": 4}, decisive=False),
+            _row({"bic": 2, "cv": 3, "evidence": 3})]
+    summary = example.summarise(rows, 3, ("bic", "cv", "evidence"))
+    assert summary["bic"]["hits"] == 2 and summary["cv"]["hits"] == 2
+    assert summary["bic"]["with_evidence"] == 2 and summary["bic"]["agree"] == 1
+    assert summary["cv"]["agree"] == 1
+    assert summary["evidence"]["decisive"] == 2 and summary["evidence"]["hits"] == 2
+    assert summary["bic"]["rho"] == pytest.approx(1.0)
+    assert summary["cv"]["rho"] == pytest.approx(0.5)
+    best = example.best_agreement({"separated": summary}, ("bic", "cv", "evidence"))
+    assert best["criterion"] == "bic" and (best["agree"], best["total"]) == (1, 2)
+
+
+def test_pair_candidates_count_as_hits(example):
+    rows = [_row({"cv": [2, 3]}), _row({"cv": [3, 3]})]
+    assert example.summarise(rows, (2, 3), ("cv",))["cv"]["hits"] == 1
+
+
+def test_findings_from_a_recorded_shape():
+    data = {"settings": {"seeds": 4}, "families": {"mixture": {
+        "planted": 3, "criteria": ["bic", "evidence"],
+        "summary": {"separated": {"bic": {"hits": 4}, "evidence": {"hits": 3}}},
+        "best": {"criterion": "bic", "agree": 3, "total": 4, "rho": 0.9}}}}
+    found = EXPERIMENTS["selection_study"].extract(data)
+    verdicts = {f["claim"]: f["verdict"] for f in found}
+    assert verdicts["mixture: bic chooses the planted size 3 on well-separated data"] == "holds"
+    assert any("agrees best" in c and "bic" in f["ours"] for c, f in
+               zip(verdicts, found, strict=True))
+
+
+@pytest.mark.slow  # every family's fits compile: about 3 minutes on 2 cores
+def test_quick_run_finds_every_planted_size(example, run_example, tmp_path):
+    run_example(example, ["--quick", "--output-dir", str(tmp_path)])
+    data = json.loads((tmp_path / "selection_study.json").read_text())
+    assert set(data["families"]) == {"mixture", "mcvq", "gvq", "clipped", "ppca"}
+    for name, family in data["families"].items():
+        separated = family["summary"]["separated"]
+        for criterion in family["criteria"]:
+            assert separated[criterion]["hits"] == 1, (name, criterion)
+        assert (tmp_path / f"selection_study_{name}.png").exists()
+    found = EXPERIMENTS["selection_study"].extract(data)
+    assert found and all(f["verdict"] == "not checked" for f in found)  # one seed
