@@ -152,6 +152,7 @@ def test_the_normal_wishart_closed_form_is_the_candidate_s_formula(wishart_data)
     np.testing.assert_allclose(candidates, normal_wishart_exact(wishart_data), atol=2e-3)
 
 
+@pytest.mark.slow  # about 20 s: the enumerated program compiles; the Gaussian case runs by default
 def test_normal_wishart_mixture_matches_the_closed_form(wishart_data):
     exact = normal_wishart_exact(wishart_data)
     result = log_evidence(normal_wishart_mixture, wishart_data, rng_key=jax.random.key(3),

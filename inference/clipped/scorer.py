@@ -6,7 +6,7 @@ means, the arcsine-corrected correlation matrix C_xx, W from its P leading
 eigenvectors); the model it is scored as is the program
 :func:`ppl_models.clipped_gaussian.model` at that fit and the program's noise sigma,
 with the fitted marginals kept (:func:`inference.clipped.fit.program_parameters`: the
-biases rescaled to the variance |W_a|^2 + sigma^2 of x_a),
+biases rescaled to the variance norm(W_a)^2 + sigma^2 of x_a),
 
     y ~ Normal(0, I_P),   P(s_a = +1 | y) = Phi((W_a y + xi_a) / sigma).
 
@@ -14,19 +14,19 @@ Likelihood. The log-likelihood of a pattern needs y integrated out,
 
     p(s | W, xi) = E_{y ~ N(0, I_P)} prod_a Phi(s_a (W_a y + xi_a) / sigma),
 
-computed by a product trapezoidal rule on the grid h Z^P inside the ball |y| <= 6
+computed by a product trapezoidal rule on the grid h Z^P inside the ball norm(y) <= 6
 (prior mass outside below 1e-7 for P <= 3), the nodes weighted by the N(0, I_P)
 density times h^P, a log-sum-exp over the nodes (:func:`log_likelihood`). The integrand
-changes on the scale sigma / |W_a| in y (a probit edge per unit), so Gauss-Hermite
+changes on the scale sigma / norm(W_a) in y (a probit edge per unit), so Gauss-Hermite
 rules with tens of nodes per dimension, whose spacing near the centre is ~0.6, miss
 whole cells at sigma = 0.1 (errors of several nats per pattern, measured); the
 trapezoidal rule converges geometrically once h is below that scale (L. N. Trefethen
 and J. A. C. Weideman, "The exponentially convergent trapezoidal rule", SIAM Review
-56(3), 2014). Here h = :data:`SPACING` sigma / max(1, max_a |W_a|), raised where the
+56(3), 2014). Here h = :data:`SPACING` sigma / max(1, max_a norm(W_a)), raised where the
 ball would hold more than :data:`MAX_NODES` nodes (P = 3 below sigma = 0.127, P = 2
 below 0.014; at sigma = 0.1, P = 3 runs at h = 0.95 sigma). Errors measured against a
 grid five times finer (P = 1, 2; sigma 0.05 - 0.2; 16 units): at most 2e-5 nats per
-pattern at h = 0.75 sigma / |W_a|, 1.5e-3 at h = 0.95 sigma / |W_a|. The
+pattern at h = 0.75 sigma / norm(W_a), 1.5e-3 at h = 0.95 sigma / norm(W_a). The
 patterns are scored once per distinct pattern. Candidates P <= :data:`MAX_HIDDEN` (3):
 the grid grows as (12 / h)^P.
 
@@ -36,8 +36,8 @@ There is no ``"evidence"``: the Bayesian program has P continuous hidden causes 
 pattern, N_examples P latent dimensions for SMC (:meth:`ClippedScorer.evidence_reason`).
 
 The fit assumes the paper's noiseless clip with unit-variance x; the program shares one
-sigma over the units, so where the rank-P fit leaves |W_a|^2 < 1 (P below the data's)
-the program's correlations W_a . W_b / ((|W_a|^2 + sigma^2)(|W_b|^2 + sigma^2))^(1/2)
+sigma over the units, so where the rank-P fit leaves norm(W_a)^2 < 1 (P below the data's)
+the program's correlations W_a . W_b / ((norm(W_a)^2 + sigma^2)(norm(W_b)^2 + sigma^2))^(1/2)
 exceed the fitted W_a . W_b: a
 candidate that is too small is penalised more than by its rank alone. ``"train"`` need
 not grow with P either: the columns added beyond the data's rank come from sampling
@@ -72,7 +72,7 @@ __all__ = ["ClippedScorer", "check_candidates", "log_likelihood", "num_parameter
 
 #: Largest candidate P: the grid holds about (12 / h)^P nodes.
 MAX_HIDDEN = 3
-#: Grid spacing in units of the narrowest probit edge, sigma / max(1, max_a |W_a|).
+#: Grid spacing in units of the narrowest probit edge, sigma / max(1, max_a norm(W_a)).
 SPACING = 0.75
 #: Radius of the ball of nodes, in prior standard deviations.
 RADIUS = 6.0
@@ -181,7 +181,7 @@ def log_likelihood(s, weights, bias, noise=clipped_gaussian.DEFAULT_NOISE, *, sp
     noise : float
         sigma of the program's probit layer (> 0).
     spacing : float, optional
-        Grid spacing in y (default ``SPACING`` sigma / max(1, max_a |W_a|)).
+        Grid spacing in y (default ``SPACING`` sigma / max(1, max_a norm(W_a))).
 
     Returns
     -------

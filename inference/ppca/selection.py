@@ -9,23 +9,24 @@ Minka (2001) integrates the PPCA covariance C = U (L - v I) U^T + v I (U (d, k)
 orthonormal, L = diag(l_1 .. l_k), v the noise variance) over a uniform prior on the
 Stiefel manifold of U and non-informative priors on L and v, by Laplace's method in
 a parameterisation of U by d k - k (k + 1) / 2 free angles. With l_1 >= .. >= l_d the
-eigenvalues of the sample covariance S = (1/N) sum_n (x_n - xbar)(x_n - xbar)^T,
+eigenvalues of the sample covariance S = (1/N) sum_n (x_n - xbar)(x_n - xbar)^T, the
+approximation reads::
 
     p(D | k) ~ p(U) (prod_{j<=k} l_j)^(-N/2) v^(-N (d - k) / 2) (2 pi)^((m + k) / 2)
-               |A_Z|^(-1/2) N^(-k/2),
+               det(A_Z)^(-1/2) N^(-k/2),
 
     v = (sum_{j>k} l_j) / (d - k),        m = d k - k (k + 1) / 2,
     p(U) = 2^(-k) prod_{i=1..k} Gamma((d - i + 1) / 2) pi^(-(d - i + 1) / 2)
            (one over the volume of the Stiefel manifold of k-frames in R^d),
-    |A_Z| = prod_{i=1..k} prod_{j=i+1..d} N (1/lhat_j - 1/lhat_i) (l_i - l_j),
+    det(A_Z) = prod_{i=1..k} prod_{j=i+1..d} N (1/lhat_j - 1/lhat_i) (l_i - l_j),
 
-with lhat_j = l_j for j <= k and lhat_j = v for j > k; so log |A_Z| holds the
+with lhat_j = l_j for j <= k and lhat_j = v for j > k; so log det(A_Z) holds the
 m log N of the m pairs (i, j). The paper drops factors that do not depend on k;
 :func:`laplace_log_evidences` keeps one of them, the exp(-N d / 2) (2 pi)^(-N d / 2)
-of the Gaussian likelihood at its maximum (tr(C^-1 S) = d there), so that
+of the Gaussian likelihood at its maximum (tr(C^-1 S) = d there), so that::
 
     laplace(k) = log p(D | ML fit with k components) + log p(U) + ((m + k)/2) log 2 pi
-                 - (1/2) log |A_Z| - (k / 2) log N
+                 - (1/2) log det(A_Z) - (k / 2) log N
 
 is on the scale of a log-likelihood: laplace / N sits next to ``"train"`` and
 ``"bic"`` in a table. The mean is plugged in (the sample mean, as in the paper), the

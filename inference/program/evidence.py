@@ -139,7 +139,7 @@ class ProgramDensities(NamedTuple):
     Attributes
     ----------
     log_prior : callable u -> float
-        log p(theta(u)) + log |d theta / d u| of the continuous latent sites.
+        log p(theta(u)) + log abs(det(d theta / d u)) of the continuous latent sites.
     log_likelihood : callable u -> float
         log p(x | theta(u)), discrete latent sites summed out (log joint - log prior).
     draw_prior : callable (key, num_particles) -> array (num_particles, dim)
