@@ -84,7 +84,7 @@ def gvq_planted():
     return gvq.generate_planted(jax.random.key(4), 100, 2, 5)
 
 
-@pytest.mark.slow  # about 20 s: fit_gvq compiles per n and fold; the scorer-level BIC test runs by default
+@pytest.mark.slow  # about 20 s: fit_gvq compiles per n and fold; scorer-level BIC runs
 def test_gvq_model_selection_chooses_the_planted_features(gvq_planted):
     result = model_selection(gvq_planted.x, GVQ_CANDIDATES, model="gvq",
                              criteria=("cv", "bic", "aic"), rng_key=jax.random.key(7),
