@@ -260,12 +260,9 @@ def table(name, planted, summary, criteria, seeds):
 
 
 def plot(path, name, planted, summary, criteria, seeds):
-    import matplotlib
+    from inference.engine.figures import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    fig, axes = new_figure(1, 2, figsize=(10, 3.6))
     width = 0.8 / len(summary)
     xs = np.arange(len(criteria))
     for i, lv in enumerate(summary):
@@ -282,8 +279,7 @@ def plot(path, name, planted, summary, criteria, seeds):
         ax.set_title(title)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{name}: planted {planted}, {seeds} seed(s) per level")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -58,7 +58,10 @@ STUDIES = (
                "model selection for every family", "Each criterion against the reference "
                "log evidence (tempered SMC) at three difficulty levels",
                "(a study: no paper value)", "selection_study.py", "selection_study.json",
-               _selection_study),
+               _selection_study,
+               # The default run's smoke test: the three families whose fits compile
+               # fastest (about 1.5 minutes); --full runs all five.
+               quick_args=("--quick", "--families", "ppca", "clipped", "mixture")),
 )
 
 #: Name -> experiment, in report order.

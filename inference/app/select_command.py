@@ -275,12 +275,8 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
     title : str, optional
         The figure's title (default: the family's name).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from inference.app.selection_result import candidate_name
+    from inference.engine.figures import new_figure, save_figure
 
     candidates = list(result.candidates)
     numeric = all(isinstance(c, int | np.integer) for c in candidates)
@@ -288,7 +284,7 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
     criteria = list(result.values)
     cols = min(3, max(1, len(criteria)))
     rows = max(1, math.ceil(len(criteria) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = new_figure(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
     for ax in axes.flat[len(criteria):]:
         ax.set_visible(False)
     for ax, criterion in zip(axes.flat, criteria, strict=False):
@@ -318,9 +314,7 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(title or result.model)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _family(name: str, specs: dict) -> str:
