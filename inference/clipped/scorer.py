@@ -62,7 +62,7 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from inference.clipped.fit import fit_clipped_gaussian, program_parameters
-from inference.engine.selection import Scorer
+from inference.engine.selection import Scorer, check_candidate_list
 from ppl_models import clipped_gaussian
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_data, check_positive, check_positive_int
@@ -91,18 +91,9 @@ def check_candidates(candidates, num, dim):
            "units, the columns of x)")
     if candidates is None:
         return tuple(range(1, largest + 1))
-    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be a sequence of integers (numbers of hidden units); "
-                        f"got {candidates!r}")
-    candidates = tuple(candidates)
-    if not candidates:
-        raise ValueError("candidates must hold at least one candidate model; got an empty "
-                         "sequence")
-    checked = tuple(check_positive_int(c, "candidates", maximum=largest, why=why)
-                    for c in candidates)
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"candidates must not repeat; got {candidates}")
-    return checked
+    return check_candidate_list(
+        candidates, "integers (numbers of hidden units)",
+        lambda c: check_positive_int(c, "candidates", maximum=largest, why=why))
 
 
 def num_parameters(num_units: int, num_hidden: int, bias: bool = True) -> int:

@@ -27,7 +27,30 @@ why the criterion is skipped.
 
 from __future__ import annotations
 
-__all__ = ["Scorer"]
+__all__ = ["Scorer", "check_candidate_list"]
+
+
+def check_candidate_list(candidates, what: str, check_one) -> tuple:
+    """A family's candidates as a tuple, each one through ``check_one`` (which raises,
+    naming ``candidates``, for a bad one and returns it checked), none repeated.
+
+    Raises
+    ------
+    TypeError
+        For a string or anything not iterable (``what``: what the sequence must hold).
+    ValueError
+        For an empty sequence or a candidate given twice.
+    """
+    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
+        raise TypeError(f"candidates must be a sequence of {what}; got {candidates!r}")
+    given = tuple(candidates)
+    if not given:
+        raise ValueError("candidates must hold at least one candidate model; got an empty "
+                         "sequence")
+    checked = tuple(check_one(c) for c in given)
+    if len(set(checked)) != len(checked):
+        raise ValueError(f"candidates must not repeat; got {given}")
+    return checked
 
 
 class Scorer:

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from inference.engine.selection import Scorer
+from inference.engine.selection import Scorer, check_candidate_list
 from inference.gvq.baselines_mcmc import MAX_MCMC_FEATURES, fit_gvq_mcmc
 from inference.gvq.em import fit_gvq
 from ppl_models import gvq
@@ -83,19 +83,10 @@ def check_candidates(candidates, num, dim):
     (default 1 .. min(8, d))."""
     if candidates is None:
         return tuple(range(1, min(DEFAULT_MAX_FEATURES, dim) + 1))
-    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be a sequence of integers (numbers of features); "
-                        f"got {candidates!r}")
-    candidates = tuple(candidates)
-    if not candidates:
-        raise ValueError("candidates must hold at least one candidate model; got an empty "
-                         "sequence")
-    checked = tuple(check_positive_int(
-        c, "candidates", maximum=MAX_FEATURES,
-        why=" (the exact likelihood sums 2^n binary states per example)") for c in candidates)
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"candidates must not repeat; got {candidates}")
-    return checked
+    return check_candidate_list(
+        candidates, "integers (numbers of features)", lambda c: check_positive_int(
+            c, "candidates", maximum=MAX_FEATURES,
+            why=" (the exact likelihood sums 2^n binary states per example)"))
 
 
 def num_parameters(num_features: int, dim: int, noise_fitted: bool = True) -> int:

@@ -19,7 +19,7 @@ import warnings
 import jax
 import numpy as np
 
-from inference.engine.selection import Scorer
+from inference.engine.selection import Scorer, check_candidate_list
 from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, fit_mixture_mcmc
 from inference.mixture.criteria import criteria as mixture_criteria
 from inference.mixture.em import fit_mixture
@@ -41,18 +41,9 @@ def check_candidates(candidates, num, dim):
     1 .. min(6, N))."""
     if candidates is None:
         return tuple(range(1, min(DEFAULT_MAX_COMPONENTS, num) + 1))
-    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be a sequence of integers; got {candidates!r}")
-    candidates = tuple(candidates)
-    if not candidates:
-        raise ValueError("candidates must hold at least one candidate model; got an empty "
-                         "sequence")
-    checked = tuple(check_positive_int(c, "candidates", maximum=num,
-                                       why=" (the number of examples, rows of x)")
-                    for c in candidates)
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"candidates must not repeat; got {candidates}")
-    return checked
+    return check_candidate_list(
+        candidates, "integers", lambda c: check_positive_int(
+            c, "candidates", maximum=num, why=" (the number of examples, rows of x)"))
 
 
 def contains(candidates, size):

@@ -74,7 +74,7 @@ import warnings
 
 import numpy as np
 
-from inference.engine.selection import Scorer
+from inference.engine.selection import Scorer, check_candidate_list
 from inference.ppca.baselines import fit_ppca_mcmc
 from inference.ppca.em import PPCAResult, PPCATrace, fit_ppca
 from ppl_models import ppca
@@ -248,14 +248,8 @@ def check_candidates(candidates, num, dim):
                          f"N >= 2 rows (q <= min(d - 1, N - 1)); x has shape ({num}, {dim})")
     if candidates is None:
         return tuple(range(1, min(limit, DEFAULT_MAX_COMPONENTS) + 1))
-    if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
-        raise TypeError(f"candidates must be a sequence of integers q; got {candidates!r}")
-    candidates = tuple(candidates)
-    if not candidates:
-        raise ValueError("candidates must hold at least one candidate model; got an empty "
-                         "sequence")
-    checked = []
-    for c in candidates:
+
+    def check_one(c):
         q = check_positive_int(c, "candidates")
         if q > dim - 1:
             raise ValueError(f"candidates must be at most d - 1 = {dim - 1} (PPCA with ML "
@@ -263,10 +257,9 @@ def check_candidates(candidates, num, dim):
         if q > num - 1:
             raise ValueError(f"candidates must be at most N - 1 = {num - 1} (the rank of the "
                              f"centred x); got {q}")
-        checked.append(q)
-    if len(set(checked)) != len(checked):
-        raise ValueError(f"candidates must not repeat; got {candidates}")
-    return tuple(checked)
+        return q
+
+    return check_candidate_list(candidates, "integers q", check_one)
 
 
 class PPCAScorer(Scorer):
