@@ -71,6 +71,32 @@ def test_normal_mean_matches_the_closed_form(normal_data, normal_result):
     assert "log Z = " in str(result) and "8 runs" in str(result)
 
 
+def test_random_walk_moves_match_the_closed_form_too(normal_data):
+    result = log_evidence(normal_mean, normal_data, rng_key=jax.random.key(3), move="rwm",
+                          num_particles=1000, num_repeats=6)
+    assert result.converged and 0.1 < result.acceptance < 0.4  # adapted towards 0.234
+    exact = normal_mean_exact(normal_data)
+    assert abs(result.log_evidence - exact) < 3 * result.standard_error + 0.02, (result, exact)
+
+
+def test_new_data_of_the_same_shapes_reuse_the_compiled_run(normal_data):
+    """The data are traced: a second data set of the same shape builds no new program
+    and no new SMC loop, and its estimate is that of its own data."""
+    from inference.program import evidence
+
+    first = log_evidence(normal_mean, normal_data, rng_key=jax.random.key(5),
+                         num_particles=200, num_repeats=2)
+    programs, runs = len(evidence._PROGRAMS), evidence._smc_run.cache_info().currsize
+    shifted = normal_data + 5.0
+    second = log_evidence(normal_mean, shifted, rng_key=jax.random.key(5),
+                          num_particles=200, num_repeats=2)
+    assert len(evidence._PROGRAMS) == programs
+    assert evidence._smc_run.cache_info().currsize == runs
+    assert abs(second.log_evidence - normal_mean_exact(shifted)) < 0.5
+    assert abs(first.log_evidence - normal_mean_exact(normal_data)) < 0.5
+    assert abs(first.log_evidence - second.log_evidence) > 3.0
+
+
 def test_the_same_key_gives_the_same_result(normal_data, normal_result):
     again = log_evidence(normal_mean, normal_data, rng_key=jax.random.key(0),
                          num_particles=1000, num_repeats=8)
@@ -291,6 +317,8 @@ def continuous_under_discrete(x):
     (dict(num_mcmc_steps=0), ValueError, "num_mcmc_steps"),
     (dict(max_steps=0), ValueError, "max_steps"),
     (dict(progress_bar="yes"), TypeError, "progress_bar"),
+    (dict(move="nuts"), ValueError, "move"),
+    (dict(num_integration_steps=0), ValueError, "num_integration_steps"),
 ])
 def test_bad_settings_name_the_argument(normal_data, kwargs, error, match):
     kwargs = {"rng_key": jax.random.key(0), **kwargs}
@@ -319,3 +347,41 @@ def test_bad_generic_input_names_the_argument():
         tempered_smc_log_evidence(_std_normal, 3.0, particles, rng_key=key)
     with pytest.raises(MissingKeyError, match="rng_key"):
         tempered_smc_log_evidence(_std_normal, _std_normal, particles, rng_key=None)
+
+
+# ------------------------------------------------------------------- MCVQ, VQ by VQ
+
+@pytest.mark.slow  # about 50 s on 2 cores: three programs compile
+def test_mcvq_evidence_factorises_over_its_vqs():
+    """With every dimension's VQ fixed, the conditioned MCVQ program's evidence is the
+    sum of its VQs' evidences: the factorised estimate (two one-VQ programs) and SMC on
+    the whole program (both VQs, 2 x 2 states enumerated, less its log p(r)) agree
+    within 3 standard errors."""
+    from inference.mcvq.selection import _LOO_MODEL, factorised_log_evidence
+    from ppl_models import mcvq
+
+    x = mcvq.generate(jax.random.key(0), 12, 4, 2, 2, separation=3.0, noise_scale=0.5).x
+    mask = jnp.ones(x.shape, bool)
+    r_dims = np.array([0, 0, 1, 1])
+    pi = np.array([[0.5, 0.5], [0.3, 0.7]])
+    prior = mcvq.prior_from_data(x, mask)
+    settings = dict(num_particles=1000, num_repeats=4)
+    whole = log_evidence(_LOO_MODEL, x, mask, jnp.broadcast_to(r_dims, x.shape).astype(jnp.int32),
+                         jnp.asarray(pi, x.dtype), prior, rng_key=jax.random.key(1), **settings)
+    parts = factorised_log_evidence(x, mask, r_dims, pi, prior, rng_key=jax.random.key(2),
+                                    **settings)
+    assert whole.converged and parts.converged
+    assert parts.runs.shape == (4,)
+    error = np.hypot(whole.standard_error, parts.standard_error)
+    # the whole program conditions every example's r: it adds log p(r) = N D log(1/K)
+    log_p_r = x.shape[0] * x.shape[1] * np.log(0.5)
+    assert abs(whole.log_evidence - log_p_r - parts.log_evidence) < 3 * error + 0.05, (
+        whole, parts)
+
+
+def test_vq_blocks_drop_vqs_without_dimensions_and_unused_states():
+    from inference.mcvq.selection import vq_blocks
+
+    blocks = vq_blocks(np.array([0, 0, 2, 2]), np.array([[0.5, 0.5], [0.5, 0.5], [0.0, 1.0]]))
+    assert [(k, d.tolist(), s.tolist()) for k, d, s in blocks] == [(0, [0, 1], [0, 1]),
+                                                                    (2, [2, 3], [1])]

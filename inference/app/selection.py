@@ -462,6 +462,7 @@ def _evidence(out, scorer, candidates, key, bar, num, options, limit):
     if reasons:
         out.skipped["evidence"] = "too large for the reference evidence: " + "; ".join(reasons)
     if steps:
-        out.notes.append(f"evidence: adaptive tempered SMC, {options['num_particles']} "
-                         f"particles x {options['num_repeats']} repeats; tempering steps "
+        out.notes.append(f"evidence: adaptive tempered SMC ({options.get('move', 'hmc')} "
+                         f"moves), {options['num_particles']} particles x "
+                         f"{options['num_repeats']} repeats; tempering steps "
                          + ", ".join(steps))

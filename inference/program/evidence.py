@@ -19,10 +19,16 @@ temperature is chosen so that the effective sample size of the incremental weigh
 p(x | theta)^(lambda' - lambda) is ``target_ess`` times the number of particles
 (adaptive tempering, as in BlackJAX's ``adaptive_tempered_smc``, which runs every
 step here); the particles are resampled (systematic) and moved by ``num_mcmc_steps``
-random-walk Metropolis steps whose Gaussian proposal has covariance 2.38^2 / d times
-the current weighted particle covariance (recomputed at every step), times a scalar
-factor adapted from step to step towards an acceptance rate of 0.234. The product of
-the mean incremental weights is an unbiased estimate of Z, so
+MCMC moves that leave the tempered target invariant, ``move="hmc"`` (the default of
+:func:`log_evidence`) or ``"rwm"``:
+
+* HMC: ``num_integration_steps`` leapfrog steps with the weighted particle variances
+  as inverse mass (a diagonal metric, recomputed at every step) and a step size of
+  d^(-1/4) times a factor adapted from step to step towards an acceptance rate of 0.65;
+* random-walk Metropolis: a Gaussian proposal with covariance 2.38^2 / d times the
+  current weighted particle covariance, times a factor adapted towards 0.234.
+
+The product of the mean incremental weights is an unbiased estimate of Z, so
 
     log Z = sum over steps of log mean_i p(x | theta_i)^(lambda' - lambda).
 
@@ -43,7 +49,9 @@ and a run that does not reach lambda = 1 within ``max_steps`` warns
 Restrictions of :func:`log_evidence`: discrete latent sites must have a finite support
 (they are enumerated, in parallel) and the prior of the continuous sites must not
 depend on them (checked); ``numpyro.factor`` terms count as likelihood. A random walk
-suits tens of dimensions, not thousands (local continuous latents make theta large).
+suits tens of dimensions; HMC hundreds (local continuous latents make theta large).
+The array arguments of the program are traced: new data of the same shapes (and the
+same other arguments) reuse the compiled densities and SMC loop.
 
 Examples
 --------
@@ -189,15 +197,153 @@ def _unconstrain(params, log_dets):
     return substitute_fn
 
 
+def _is_array(leaf):
+    return isinstance(leaf, np.ndarray | jax.Array)
+
+
+class _Arguments(NamedTuple):
+    """A program's arguments split into traced arrays and the static rest."""
+
+    dynamic: list          # the array leaves, in order
+    merge: Callable        # dynamic leaves -> (args, kwargs)
+    signature: object      # hashable: structure, static values, shapes and dtypes (or None)
+
+
+def _split_arguments(args, kwargs) -> _Arguments:
+    """Arrays (numpy or JAX) among the arguments are traced; everything else (ints,
+    strings, None, Python floats) is static, part of the compiled program."""
+    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+    mask = tuple(_is_array(leaf) for leaf in leaves)
+    static = tuple(None if m else leaf for m, leaf in zip(mask, leaves, strict=True))
+    dynamic = [jnp.asarray(leaf) for leaf, m in zip(leaves, mask, strict=True) if m]
+
+    def merge(values):
+        it = iter(values)
+        return jax.tree.unflatten(treedef, [next(it) if m else s
+                                            for m, s in zip(mask, static, strict=True)])
+
+    signature = (treedef, static, mask, tuple((v.shape, str(v.dtype)) for v in dynamic))
+    try:
+        hash(signature)
+    except TypeError:  # an unhashable static argument: compiled afresh every call
+        signature = None
+    return _Arguments(dynamic, merge, signature)
+
+
+class _Program(NamedTuple):
+    """A program's densities as functions of (u, data), data = (array arguments, key):
+    one per program and argument signature, so that new data of the same shapes reuse
+    every compiled function."""
+
+    log_prior: Callable        # (u, data) -> float
+    log_likelihood: Callable   # (u, data) -> float
+    draw: Callable             # (key, num_particles, data) -> (num_particles, dim), jitted
+    unravel: Callable
+
+
+#: (model, argument signature) -> _Program, most recently used last.
+_PROGRAMS: dict = {}
+_MAX_PROGRAMS = 32
+
+
+def _build_program(model, arguments, key_trace, key_init, key_prior) -> _Program:
+    args, kwargs = arguments.merge(arguments.dynamic)
+    sites = _sample_sites(model, args, kwargs, key_trace)
+    discrete = [name for name, observed, is_discrete, *_ in sites if is_discrete and not observed]
+    for name, observed, is_discrete, enumerable, kind in sites:
+        if is_discrete and not observed and not enumerable:
+            raise ValueError(
+                f"the discrete latent site {name!r} ({kind}) cannot be enumerated (no finite "
+                "support); log_evidence sums discrete sites out by enumeration")
+    names = sorted(name for name, observed, is_discrete, *_ in sites
+                   if not is_discrete and not observed)
+    if not names:
+        raise ValueError("the program has no continuous latent site: nothing to integrate "
+                         "(its evidence is its likelihood)")
+    if not any(observed for _, observed, *_ in sites):
+        raise ValueError("the program has no observed site: pass the observed data through "
+                         "the model's arguments")
+    enumerated = config_enumerate(model)
+    # A batch of one key: NumPyro then looks for a valid initial point in one compiled
+    # loop instead of op by op (seconds less for an enumerated program).
+    info = initialize_model(key_init[None], enumerated, model_args=args, model_kwargs=kwargs,
+                            validate_grad=False, dynamic_args=True)
+    potential_fn = info.potential_fn  # (*args, **kwargs) -> (params -> potential energy)
+    u0, unravel = ravel_pytree({name: info.param_info.z[name][0] for name in names})
+    visible = set(names)
+
+    def prior_with_key(u, data, key):
+        # Only the continuous latent sites are visible: their log density at theta = T(u),
+        # each site's transform read from the trace itself (a support may depend on theta),
+        # plus log |dT/du| as NumPyro's potential energy adds it.
+        args, kwargs = arguments.merge(data[0])
+        log_dets = []
+        program = handlers.substitute(
+            handlers.block(handlers.seed(model, key), hide_fn=lambda s: s["name"] not in visible),
+            substitute_fn=_unconstrain(unravel(u), log_dets))
+        log_p, _ = log_density(program, args, kwargs, {})
+        return log_p + sum(log_dets)
+
+    def log_prior(u, data):
+        return _finite_or_minus_inf(prior_with_key(u, data, data[1]))
+
+    def log_likelihood(u, data):
+        args, kwargs = arguments.merge(data[0])
+        log_joint = -potential_fn(*args, **kwargs)(unravel(u))
+        return _finite_or_minus_inf(log_joint - prior_with_key(u, data, data[1]))
+
+    if discrete:  # the prior of theta must not move with the discrete draws
+        keys = jax.random.split(key_prior, 3)
+        data = (arguments.dynamic, key_prior)
+        values = np.asarray(jax.jit(jax.vmap(lambda k: prior_with_key(u0, data, k)))(keys))
+        if np.all(np.isfinite(values)) and np.ptp(values) > 1e-4 * (1.0 + np.abs(values[0])):
+            raise ValueError(
+                f"the prior of the continuous latent site(s) {names} depends on the discrete "
+                f"site(s) {discrete}: log_evidence needs p(theta) free of them")
+
+    def draw_one(key, data):
+        args, kwargs = arguments.merge(data[0])
+        trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
+        draws = {name: biject_to(trace[name]["fn"].support).inv(trace[name]["value"])
+                 for name in names}
+        return ravel_pytree(draws)[0]
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def draw(key, num_particles, data):
+        return jax.vmap(draw_one, in_axes=(0, None))(jax.random.split(key, num_particles), data)
+
+    return _Program(log_prior, log_likelihood, draw, unravel)
+
+
+def _program(model, arguments, rng_key) -> _Program:
+    """The cached :class:`_Program` of ``model`` at these arguments' signature (built,
+    checked and cached on first use)."""
+    key_trace, key_init, key_prior = jax.random.split(rng_key, 3)
+    cache_key = None if arguments.signature is None else (model, arguments.signature)
+    try:
+        found = _PROGRAMS.pop(cache_key, None) if cache_key is not None else None
+    except TypeError:  # an unhashable model object
+        cache_key, found = None, None
+    if found is None:
+        found = _build_program(model, arguments, key_trace, key_init, key_prior)
+    if cache_key is not None:
+        _PROGRAMS[cache_key] = found
+        while len(_PROGRAMS) > _MAX_PROGRAMS:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+    return found
+
+
 def program_densities(model, *model_args, rng_key, **model_kwargs) -> ProgramDensities:
     """Log prior, log likelihood and prior draws of a program, on a flat unconstrained vector.
 
     The program is read through NumPyro: every discrete latent site is summed out by
-    parallel enumeration (``config_enumerate``), ``initialize_model`` gives the log joint
-    log p(x, theta) + log|J| on the unconstrained space, the log prior of the continuous
-    latent sites (same Jacobian) is read from a trace in which only those sites are
-    visible, and the log likelihood is their difference. Observed data enter through
-    ``model_args`` / ``model_kwargs``.
+    parallel enumeration (``config_enumerate``), NumPyro's potential energy gives the log
+    joint log p(x, theta) + log|J| on the unconstrained space, the log prior of the
+    continuous latent sites (same Jacobian) is read from a trace in which only those
+    sites are visible, and the log likelihood is their difference. Observed data enter
+    through ``model_args`` / ``model_kwargs``: their arrays are traced, so a second call
+    with data of the same shapes (and the same other arguments) reuses the functions
+    compiled for the first.
 
     Parameters
     ----------
@@ -223,70 +369,16 @@ def program_densities(model, *model_args, rng_key, **model_kwargs) -> ProgramDen
     check_rng_key(rng_key)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
-    key_trace, key_init, key_prior = jax.random.split(rng_key, 3)
-    sites = _sample_sites(model, model_args, model_kwargs, key_trace)
-    discrete = [name for name, observed, is_discrete, *_ in sites if is_discrete and not observed]
-    for name, observed, is_discrete, enumerable, kind in sites:
-        if is_discrete and not observed and not enumerable:
-            raise ValueError(
-                f"the discrete latent site {name!r} ({kind}) cannot be enumerated (no finite "
-                "support); log_evidence sums discrete sites out by enumeration")
-    names = sorted(name for name, observed, is_discrete, *_ in sites
-                   if not is_discrete and not observed)
-    if not names:
-        raise ValueError("the program has no continuous latent site: nothing to integrate "
-                         "(its evidence is its likelihood)")
-    if not any(observed for _, observed, *_ in sites):
-        raise ValueError("the program has no observed site: pass the observed data through "
-                         "the model's arguments")
-    # A batch of one key: NumPyro then looks for a valid initial point in one compiled
-    # loop instead of op by op (seconds less for an enumerated program).
-    info = initialize_model(key_init[None], config_enumerate(model), model_args=model_args,
-                            model_kwargs=model_kwargs, validate_grad=False)
-    u0, unravel = ravel_pytree({name: info.param_info.z[name][0] for name in names})
-    potential_fn = info.potential_fn
-    visible = set(names)
-
-    def prior_with_key(u, key):
-        # Only the continuous latent sites are visible: their log density at theta = T(u),
-        # each site's transform read from the trace itself (a support may depend on theta),
-        # plus log |dT/du| as NumPyro's potential energy adds it.
-        log_dets = []
-        program = handlers.substitute(
-            handlers.block(handlers.seed(model, key), hide_fn=lambda s: s["name"] not in visible),
-            substitute_fn=_unconstrain(unravel(u), log_dets))
-        log_p, _ = log_density(program, model_args, model_kwargs, {})
-        return log_p + sum(log_dets)
-
-    def log_prior(u):
-        return _finite_or_minus_inf(prior_with_key(u, key_prior))
-
-    def log_likelihood(u):
-        log_joint = -potential_fn(unravel(u))
-        return _finite_or_minus_inf(log_joint - prior_with_key(u, key_prior))
-
-    if discrete:  # the prior of theta must not move with the discrete draws
-        keys = jax.random.split(key_prior, 3)
-        values = np.asarray(jax.jit(jax.vmap(lambda k: prior_with_key(u0, k)))(keys))
-        if np.all(np.isfinite(values)) and np.ptp(values) > 1e-4 * (1.0 + np.abs(values[0])):
-            raise ValueError(
-                f"the prior of the continuous latent site(s) {names} depends on the discrete "
-                f"site(s) {discrete}: log_evidence needs p(theta) free of them")
-
-    def draw_one(key):
-        trace = handlers.trace(handlers.seed(model, key)).get_trace(*model_args,
-                                                                     **model_kwargs)
-        draws = {name: biject_to(trace[name]["fn"].support).inv(trace[name]["value"])
-                 for name in names}
-        return ravel_pytree(draws)[0]
-
-    draw_batch = jax.jit(jax.vmap(draw_one))
+    arguments = _split_arguments(model_args, model_kwargs)
+    program = _program(model, arguments, rng_key)
+    data = (arguments.dynamic, jax.random.split(rng_key, 3)[2])
 
     def draw_prior(key, num_particles):
-        check_positive_int(num_particles, "num_particles")
-        return draw_batch(jax.random.split(key, num_particles))
+        return program.draw(key, check_positive_int(num_particles, "num_particles"), data)
 
-    return ProgramDensities(log_prior, log_likelihood, draw_prior, unravel)
+    return ProgramDensities(lambda u: program.log_prior(u, data),
+                            lambda u: program.log_likelihood(u, data), draw_prior,
+                            program.unravel)
 
 
 _ADDITIVE_STEP = blackjax.additive_step_random_walk.build_kernel()
@@ -300,9 +392,7 @@ def _rw_step(rng_key, state, logdensity_fn, proposal_tril):
 def _proposal_tril(particles, weights):
     """Cholesky factor of 2.38^2 / d times the weighted particle covariance (jittered)."""
     dim = particles.shape[1]
-    weights = jnp.where(jnp.isfinite(weights), weights, 0.0)
-    weights = weights / jnp.maximum(jnp.sum(weights), jnp.finfo(weights.dtype).tiny)
-    centred = particles - weights @ particles
+    centred, weights = _weighted_moments(particles, weights)
     cov = (centred * weights[:, None]).T @ centred
     variance = jnp.diag(cov)
     jitter = 1e-6 * jnp.mean(variance) + 1e-12
@@ -322,23 +412,66 @@ def _root_solver(fun, min_delta, max_delta):
 
 
 #: The random walk's scale: 2.38 / sqrt(d) times the particles' spread, times a factor
-#: moved by exp(_ADAPT_RATE * (acceptance - _TARGET_ACCEPTANCE)) after every step.
-_TARGET_ACCEPTANCE = 0.234
+#: moved by exp(_ADAPT_RATE * (acceptance - target)) after every step; HMC's leapfrog step
+#: d^(-1/4) in the metric of the particles' variances, times such a factor.
+_TARGET_ACCEPTANCE = {"rwm": 0.234, "hmc": 0.65}
 _ADAPT_RATE = 2.0
 _MAX_LOG_FACTOR = 5.0
+MOVES = ("rwm", "hmc")
+#: MCMC moves per tempering step when ``num_mcmc_steps`` is not given.
+DEFAULT_MCMC_STEPS = {"rwm": 10, "hmc": 3}
 
 
-@functools.lru_cache(maxsize=4)  # the same densities again: no new compilation
-def _smc_run(log_prior, log_likelihood, num_mcmc_steps):
-    """A jitted (key, particles, target_ess, max_steps) -> (log Z, steps, sum of acceptance
-    rates, final lambda); the settings are traced, so changing them compiles nothing new."""
+def _weighted_moments(particles, weights):
+    weights = jnp.where(jnp.isfinite(weights), weights, 0.0)
+    weights = weights / jnp.maximum(jnp.sum(weights), jnp.finfo(weights.dtype).tiny)
+    centred = particles - weights @ particles
+    return centred, weights
 
-    def run(key, particles, target_ess, max_steps):
+
+def _hmc_parameters(particles, weights, factor):
+    """Step size and diagonal inverse mass (the particles' weighted variances)."""
+    centred, weights = _weighted_moments(particles, weights)
+    variance = weights @ jnp.square(centred)
+    variance = jnp.where(jnp.isfinite(variance), variance, 1.0)
+    variance = variance + 1e-6 * jnp.mean(variance) + 1e-12
+    step = factor * particles.shape[1] ** -0.25
+    return {"step_size": step[None], "inverse_mass_matrix": variance[None]}
+
+
+@functools.lru_cache(maxsize=8)
+def _hmc_step(num_integration_steps):
+    kernel = blackjax.hmc.build_kernel()
+
+    def step(rng_key, state, logdensity_fn, step_size, inverse_mass_matrix):
+        return kernel(rng_key, state, logdensity_fn, step_size, inverse_mass_matrix,
+                      num_integration_steps)
+
+    return step
+
+
+@functools.lru_cache(maxsize=16)
+def _without_data(fn):
+    """u -> float as (u, data) -> float (cached: the same fn gives the same function)."""
+    return lambda u, data: fn(u)
+
+
+@functools.lru_cache(maxsize=16)  # the same densities again: no new compilation
+def _smc_run(log_prior, log_likelihood, num_mcmc_steps, move, num_integration_steps):
+    """A jitted (key, particles, target_ess, max_steps, data) -> (log Z, steps, sum of
+    acceptance rates, final lambda) for densities of (u, data); the settings and the data
+    are traced, so changing them compiles nothing new."""
+    if move == "hmc":
+        step_fn, init_fn = _hmc_step(num_integration_steps), blackjax.hmc.init
+    else:
+        step_fn, init_fn = _rw_step, random_walk.init
+    target = _TARGET_ACCEPTANCE[move]
+
+    def run(key, particles, target_ess, max_steps, data):
         kernel = adaptive_tempered.build_kernel(
-            lambda u: _finite_or_minus_inf(log_prior(u)),
-            lambda u: _finite_or_minus_inf(log_likelihood(u)),
-            _rw_step, random_walk.init, resampling.systematic, target_ess,
-            root_solver=_root_solver)
+            lambda u: _finite_or_minus_inf(log_prior(u, data)),
+            lambda u: _finite_or_minus_inf(log_likelihood(u, data)),
+            step_fn, init_fn, resampling.systematic, target_ess, root_solver=_root_solver)
         state = adaptive_tempered.init(particles)
         state = state._replace(tempering_param=jnp.zeros((), particles.dtype))
         zero = jnp.zeros((), particles.dtype)
@@ -350,10 +483,15 @@ def _smc_run(log_prior, log_likelihood, num_mcmc_steps):
         def body(carry):
             key, state, step, log_z, acceptance, log_factor = carry
             key, subkey = jax.random.split(key)
-            tril = jnp.exp(log_factor) * _proposal_tril(state.particles, state.weights)
-            state, info = kernel(subkey, state, num_mcmc_steps, {"proposal_tril": tril[None]})
+            if move == "hmc":
+                parameters = _hmc_parameters(state.particles, state.weights,
+                                             jnp.exp(log_factor))
+            else:
+                tril = jnp.exp(log_factor) * _proposal_tril(state.particles, state.weights)
+                parameters = {"proposal_tril": tril[None]}
+            state, info = kernel(subkey, state, num_mcmc_steps, parameters)
             rate = jnp.mean(info.update_info.acceptance_rate)
-            log_factor = jnp.clip(log_factor + _ADAPT_RATE * (rate - _TARGET_ACCEPTANCE),
+            log_factor = jnp.clip(log_factor + _ADAPT_RATE * (rate - target),
                                   -_MAX_LOG_FACTOR, 1.0)
             return (key, state, step + 1, log_z + info.log_likelihood_increment,
                     acceptance + rate, log_factor)
@@ -377,19 +515,26 @@ def _check_particles(particles, name):
     return arr
 
 
-def _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar):
+def _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar, move,
+                    num_integration_steps):
     num_repeats = check_positive_int(num_repeats, "num_repeats")
     if num_repeats < 2:
         raise ValueError(f"num_repeats must be at least 2 (the standard error needs two "
                          f"runs); got {num_repeats}")
+    if move not in MOVES:
+        raise ValueError(f"move must be one of {MOVES}; got {move!r}")
+    if num_mcmc_steps is None:
+        num_mcmc_steps = DEFAULT_MCMC_STEPS[move]
     return (num_repeats, check_fraction(target_ess, "target_ess"),
             check_positive_int(num_mcmc_steps, "num_mcmc_steps"),
-            check_positive_int(max_steps, "max_steps"), check_bool(progress_bar, "progress_bar"))
+            check_positive_int(max_steps, "max_steps"), check_bool(progress_bar, "progress_bar"),
+            move, check_positive_int(num_integration_steps, "num_integration_steps"))
 
 
 def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, rng_key,
                               num_repeats: int = 5, target_ess: float = 0.5,
-                              num_mcmc_steps: int = 10, max_steps: int = 200,
+                              num_mcmc_steps: int | None = None, max_steps: int = 200,
+                              move: str = "rwm", num_integration_steps: int = 5,
                               progress_bar: bool = False) -> EvidenceResult:
     """log Z = log integral exp(log_prior(u) + log_likelihood(u)) du by adaptive tempered SMC.
 
@@ -406,10 +551,19 @@ def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, r
         Independent runs (at least 2), from which the standard error comes.
     target_ess : float in (0, 1)
         Fraction of effective particles each tempering step keeps.
-    num_mcmc_steps : int
-        Random-walk Metropolis steps per tempering step.
+    num_mcmc_steps : int, optional
+        MCMC moves of every particle per tempering step (default 10 random-walk or 3
+        HMC moves).
     max_steps : int
         Most tempering steps of one run.
+    move : {"rwm", "hmc"}
+        The MCMC move: ``"rwm"``, random-walk Metropolis with the particles' covariance
+        (no gradient; tens of dimensions); ``"hmc"``, Hamiltonian Monte Carlo with
+        ``num_integration_steps`` leapfrog steps, the particles' variances as inverse
+        mass and a step size adapted towards acceptance 0.65 (needs differentiable
+        densities; mixes far better on concentrated or curved posteriors).
+    num_integration_steps : int
+        Leapfrog steps of one HMC move (ignored by ``"rwm"``).
     progress_bar : bool
         A tqdm bar over the repeats.
     """
@@ -417,15 +571,23 @@ def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, r
     for name, fn in (("log_prior", log_prior), ("log_likelihood", log_likelihood)):
         if not callable(fn):
             raise TypeError(f"{name} must be a callable u -> float; got {fn!r}")
-    num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar = _check_settings(
-        num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar)
+    settings = _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps,
+                               progress_bar, move, num_integration_steps)
     if callable(initial_particles):
         def draw(key):
             return _check_particles(initial_particles(key), "initial_particles(key)")
     else:
         fixed = _check_particles(initial_particles, "initial_particles")
         draw = lambda key: fixed  # noqa: E731
-    run = _smc_run(log_prior, log_likelihood, num_mcmc_steps)
+    return _tempered_smc(_without_data(log_prior), _without_data(log_likelihood), (), draw,
+                         rng_key, *settings)
+
+
+def _tempered_smc(log_prior, log_likelihood, data, draw, rng_key, num_repeats, target_ess,
+                  num_mcmc_steps, max_steps, progress_bar, move, num_integration_steps):
+    """``num_repeats`` runs of the cached, jitted SMC on densities of (u, data)."""
+    run = _smc_run(log_prior, log_likelihood, num_mcmc_steps, move,
+                   num_integration_steps if move == "hmc" else 0)
     repeats = range(num_repeats)
     if progress_bar:
         from tqdm.auto import tqdm
@@ -436,7 +598,8 @@ def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, r
     keys = jax.random.split(rng_key, num_repeats)
     for repeat in repeats:
         key_init, key_run = jax.random.split(keys[repeat])
-        log_z, num_steps, acceptance, lam = run(key_run, draw(key_init), target_ess, max_steps)
+        log_z, num_steps, acceptance, lam = run(key_run, draw(key_init), target_ess, max_steps,
+                                                data)
         runs.append(float(log_z))
         steps.append(int(num_steps))
         accept.append(float(acceptance))
@@ -452,24 +615,27 @@ def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, r
         warnings.warn(f"tempered SMC: {int(np.sum(~reached))} of {num_repeats} run(s) stopped "
                       f"at max_steps={max_steps} before temperature 1 (final temperatures "
                       f"{np.round(final, 4).tolist()}); raise max_steps or target_ess",
-                      ConvergenceWarning, stacklevel=2)
+                      ConvergenceWarning, stacklevel=3)
     if not finite:
         warnings.warn(f"tempered SMC: the log evidence is not finite (runs {runs.tolist()}): "
                       "the likelihood is zero or NaN on every particle at some step",
-                      NumericalWarning, stacklevel=2)
+                      NumericalWarning, stacklevel=3)
     total_steps = max(int(np.sum(steps)), 1)
     return EvidenceResult(estimate, error, runs, steps, float(np.sum(accept)) / total_steps,
                           seconds, bool(reached.all() and finite))
 
 
 def log_evidence(model, *model_args, rng_key, num_particles: int = 1000, num_repeats: int = 5,
-                 target_ess: float = 0.5, num_mcmc_steps: int = 10, max_steps: int = 200,
+                 target_ess: float = 0.5, num_mcmc_steps: int | None = None,
+                 max_steps: int = 200, move: str = "hmc", num_integration_steps: int = 5,
                  progress_bar: bool = False, **model_kwargs) -> EvidenceResult:
     """log p(x) of a NumPyro program with its observed data, by adaptive tempered SMC.
 
     Discrete latent sites are summed out by enumeration, the continuous latent sites
     are integrated over their prior (see :func:`program_densities` and the module
-    docstring for the estimator and its error).
+    docstring for the estimator and its error). The array arguments are traced: a
+    second call on new data of the same shapes, with the same other arguments and
+    settings, runs the functions compiled for the first.
 
     Parameters
     ----------
@@ -480,18 +646,29 @@ def log_evidence(model, *model_args, rng_key, num_particles: int = 1000, num_rep
     rng_key : jax.random key
     num_particles : int
         Particles of every run (at least 2; hundreds to thousands).
-    num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar
+    move : {"hmc", "rwm"}
+        The MCMC move (see :func:`tempered_smc_log_evidence`); HMC by default here,
+        since a NumPyro program's densities are differentiable on the unconstrained
+        space. Measured on a three-cluster mixture (300 points, k = 2..5, 1000
+        particles, 4 repeats): HMC's standard errors 0.02-0.3 nats against 0.2-2.3 for
+        10 random-walk moves, whose estimates sat 1-2 nats lower (the log of an
+        unbiased estimate is biased low by poor mixing), at 1.5-3 times the time.
+    num_repeats, target_ess, num_mcmc_steps, max_steps, num_integration_steps, \
+progress_bar
         As in :func:`tempered_smc_log_evidence`.
     """
     check_rng_key(rng_key)
     num_particles = check_positive_int(num_particles, "num_particles")
     if num_particles < 2:
         raise ValueError(f"num_particles must be at least 2; got {num_particles}")
-    _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps, progress_bar)
+    settings = _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps,
+                               progress_bar, move, num_integration_steps)
+    if not callable(model):
+        raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
     key_program, key_smc = jax.random.split(rng_key)
-    densities = program_densities(model, *model_args, rng_key=key_program, **model_kwargs)
-    return tempered_smc_log_evidence(
-        densities.log_prior, densities.log_likelihood,
-        lambda key: densities.draw_prior(key, num_particles), rng_key=key_smc,
-        num_repeats=num_repeats, target_ess=target_ess, num_mcmc_steps=num_mcmc_steps,
-        max_steps=max_steps, progress_bar=progress_bar)
+    arguments = _split_arguments(model_args, model_kwargs)
+    program = _program(model, arguments, key_program)
+    data = (arguments.dynamic, jax.random.split(key_program, 3)[2])
+    return _tempered_smc(program.log_prior, program.log_likelihood, data,
+                         lambda key: program.draw(key, num_particles, data), key_smc,
+                         *settings)
