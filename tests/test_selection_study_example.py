@@ -91,3 +91,35 @@ def test_quick_run_finds_every_planted_size(example, run_example, tmp_path):
         assert (tmp_path / f"selection_study_{name}.png").exists()
     found = EXPERIMENTS["selection_study"].extract(data)
     assert found and all(f["verdict"] == "not checked" for f in found)  # one seed
+
+
+def _shapes_row(seed, vb, planted, se=0.1, bound_vb=-1.0, bound_3=-2.0, terms=None):
+    row = {"seed": seed, "num_examples": 24, "vb_num_vqs": 7, "vb_causes": 5,
+           "vb_num_states": [9, 7, 6, 2, 1, 1, 1], "bound": {"vb": bound_vb,
+                                                             "planted_start": bound_3},
+           "evidence": {"vb": vb, "planted": planted},
+           "evidence_se": {"vb": se, "planted": se}, "converged": True, "seconds": 1.0}
+    if terms is not None:
+        row["one_assignment"] = {"vb": terms[0], "planted": terms[1]}
+    return row
+
+
+def _shapes_finding(verdict):
+    found = EXPERIMENTS["selection_study"].extract({
+        "settings": {"seeds": 1}, "families": {}, "shapes": {"verdict": verdict}})
+    return [f["verdict"] for f in found]
+
+
+def test_shapes_verdict_counts_decisive_and_reliable_seeds_only(example):
+    rows = [_shapes_row(0, -10.0, -12.0, terms=(-10.5, -12.5)),
+            _shapes_row(1, -10.0, -10.2),
+            _shapes_row(2, -12.0, -10.0, bound_vb=-3.0, terms=(-12.0, -10.1)),
+            _shapes_row(3, -12.0, -10.0, terms=(-5.0, -10.0))]  # SIS far below its term
+    verdict, lines = example.shapes_verdict(rows)
+    assert verdict == {"bound_prefers_vb": 3, "terms_prefer_vb": 2, "reliable": 3,
+                       "evidence_prefers_vb": 1, "evidence_prefers_planted": 1, "seeds": 4}
+    assert "biased low" in lines[-2] and "biased low" not in lines[-3]
+    assert _shapes_finding(verdict) == ["partly"]
+    assert _shapes_finding({**verdict, "evidence_prefers_planted": 3}) == ["differs"]
+    assert _shapes_finding({**verdict, "evidence_prefers_vb": 3}) == ["holds"]
+    assert _shapes_finding({**verdict, "reliable": 2}) == ["not checked"]

@@ -46,6 +46,31 @@ def _selection_study(data):
                                f"{best['criterion']}: same choice in {best['agree']}/"
                                f"{best['total']} runs, mean Spearman rho {rho}", verdict,
                                detail.replace("seeds", "runs")))
+    shapes = data.get("shapes")
+    if shapes:
+        v = shapes["verdict"]
+        n = v["seeds"]
+        reliable = v.get("reliable", n)
+        if reliable <= n / 2:
+            verdict, side = "not checked", (
+                f"the evidence estimates are reliable in only {reliable}/{n} seeds (below "
+                "their exact one-assignment terms elsewhere)")
+        elif v["evidence_prefers_vb"] > n / 2:
+            verdict, side = "holds", "the evidence sides with the bound"
+        elif v["evidence_prefers_planted"] > n / 2:
+            verdict, side = "differs", "the evidence sides with the planted 3 shapes"
+        else:
+            verdict, side = "partly", "the evidence sides with neither in most seeds"
+        terms = ("" if "terms_prefer_vb" not in v else
+                 f"; exact one-assignment terms prefer it in {v['terms_prefer_vb']}/{n}")
+        out.append(finding(
+            "mcvq on shapes: the reference evidence sides with VB-MCVQ's pruned model (more "
+            "VQs than the 3 shapes, preferred by the VB bound) over the planted structure",
+            "(a study, no paper value)",
+            f"bound prefers VB's model in {v['bound_prefers_vb']}/{n} seeds{terms}; "
+            f"evidence prefers it in {v['evidence_prefers_vb']}/{n}, the planted structure "
+            f"in {v['evidence_prefers_planted']}/{n} (by more than 2 SE)", verdict,
+            f"{side}; holds: in more than half of the seeds"))
     if not out:
         raise KeyError("families")
     return out
