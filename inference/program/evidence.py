@@ -333,6 +333,16 @@ def _program(model, arguments, rng_key) -> _Program:
     return found
 
 
+def _program_and_data(model, model_args, model_kwargs, rng_key):
+    """The cached :class:`_Program` of ``model`` and its data argument (the arrays among
+    the arguments, and the key of the prior's trace)."""
+    if not callable(model):
+        raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
+    arguments = _split_arguments(model_args, model_kwargs)
+    program = _program(model, arguments, rng_key)
+    return program, (arguments.dynamic, jax.random.split(rng_key, 3)[2])
+
+
 def program_densities(model, *model_args, rng_key, **model_kwargs) -> ProgramDensities:
     """Log prior, log likelihood and prior draws of a program, on a flat unconstrained vector.
 
@@ -367,11 +377,7 @@ def program_densities(model, *model_args, rng_key, **model_kwargs) -> ProgramDen
         depends on a discrete one.
     """
     check_rng_key(rng_key)
-    if not callable(model):
-        raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
-    arguments = _split_arguments(model_args, model_kwargs)
-    program = _program(model, arguments, rng_key)
-    data = (arguments.dynamic, jax.random.split(rng_key, 3)[2])
+    program, data = _program_and_data(model, model_args, model_kwargs, rng_key)
 
     def draw_prior(key, num_particles):
         return program.draw(key, check_positive_int(num_particles, "num_particles"), data)
@@ -663,12 +669,8 @@ progress_bar
         raise ValueError(f"num_particles must be at least 2; got {num_particles}")
     settings = _check_settings(num_repeats, target_ess, num_mcmc_steps, max_steps,
                                progress_bar, move, num_integration_steps)
-    if not callable(model):
-        raise TypeError(f"model must be a NumPyro program (a callable); got {model!r}")
     key_program, key_smc = jax.random.split(rng_key)
-    arguments = _split_arguments(model_args, model_kwargs)
-    program = _program(model, arguments, key_program)
-    data = (arguments.dynamic, jax.random.split(key_program, 3)[2])
+    program, data = _program_and_data(model, model_args, model_kwargs, key_program)
     return _tempered_smc(program.log_prior, program.log_likelihood, data,
                          lambda key: program.draw(key, num_particles, data), key_smc,
                          *settings)
