@@ -314,7 +314,9 @@ class GVQScorer(Scorer):
     def evidence(self, n, rng_key, options):
         fit_key, smc_key = jax.random.split(rng_key)
         self._evidence_noise(fit_key)
-        return super().evidence(n, smc_key, options)
+        # Random-walk moves unless asked otherwise: HMC moves on this program crashed
+        # XLA's CPU runtime (a segmentation fault) in a 500-particle study run.
+        return super().evidence(n, smc_key, {"move": "rwm", **options})
 
     def notes(self, scored):
         out = []
