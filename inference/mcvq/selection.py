@@ -255,11 +255,12 @@ def factorised_log_evidence(x, mask, r_dims, pi, prior, *, rng_key, method: str 
     dimensions; so the cost grows with the sum of the J_k, not with J^K, and VQs of
     the same size share one compiled run. ``method="collapsed"`` estimates each term by
     :func:`inference.mcvq.collapsed.vq_log_evidence` instead (the parameters integrated,
-    the states sampled example by example): far more precise where a state's data are
-    nearly identical (noise-free images), and checked against the program's tempered
-    SMC on noisy data. ``options`` go to the method's function. The repeats of the terms are independent:
-    run i of the total is the sum of the terms' runs i (an unbiased estimate of the
-    product of the terms' evidences), and the standard error is that of the summed runs.
+    the states sampled example by example; exact on small problems, but biased low where
+    the assignments of large weight are rare, as on noise-free images: compare with
+    :func:`inference.mcvq.collapsed.assignment_log_joint`). ``options`` go to the
+    method's function. The repeats of the terms are independent: run i of the total is
+    the sum of the terms' runs i (an unbiased estimate of the product of the terms'
+    evidences), and the standard error is that of the summed runs.
 
     Returns
     -------
