@@ -82,15 +82,15 @@ def test_random_walk_moves_match_the_closed_form_too(normal_data):
 def test_new_data_of_the_same_shapes_reuse_the_compiled_run(normal_data):
     """The data are traced: a second data set of the same shape builds no new program
     and no new SMC loop, and its estimate is that of its own data."""
-    from inference.program import evidence
+    from inference.program import densities, evidence
 
     first = log_evidence(normal_mean, normal_data, rng_key=jax.random.key(5),
                          num_particles=200, num_repeats=2)
-    programs, runs = len(evidence._PROGRAMS), evidence._smc_run.cache_info().currsize
+    programs, runs = len(densities._PROGRAMS), evidence._smc_run.cache_info().currsize
     shifted = normal_data + 5.0
     second = log_evidence(normal_mean, shifted, rng_key=jax.random.key(5),
                           num_particles=200, num_repeats=2)
-    assert len(evidence._PROGRAMS) == programs
+    assert len(densities._PROGRAMS) == programs
     assert evidence._smc_run.cache_info().currsize == runs
     assert abs(second.log_evidence - normal_mean_exact(shifted)) < 0.5
     assert abs(first.log_evidence - normal_mean_exact(normal_data)) < 0.5
