@@ -314,8 +314,9 @@ class GVQScorer(Scorer):
     def evidence(self, n, rng_key, options):
         fit_key, smc_key = jax.random.split(rng_key)
         self._evidence_noise(fit_key)
-        # Random-walk moves unless asked otherwise: HMC moves on this program crashed
-        # XLA's CPU runtime (a segmentation fault) in a 500-particle study run.
+        # Random-walk moves unless asked otherwise, as before HMC became log_evidence's
+        # default: HMC on this program is not validated yet (500-particle study runs on
+        # 200 x 6 data crashed XLA's CPU runtime with either move; not understood).
         return super().evidence(n, smc_key, {"move": "rwm", **options})
 
     def notes(self, scored):
