@@ -413,8 +413,8 @@ def log_evidence(model, *model_args, rng_key, num_particles: int = 1000, num_rep
         since a NumPyro program's densities are differentiable on the unconstrained
         space. Measured on a three-cluster mixture (300 points, k = 2..5, 1000
         particles, 4 repeats): HMC's standard errors 0.02-0.3 nats against 0.2-2.3 for
-        10 random-walk moves, whose estimates sat 1-2 nats lower (the log of an
-        unbiased estimate is biased low by poor mixing), at 1.5-3 times the time.
+        10 random-walk moves, whose estimates sat 0.5-6 nats lower (the log of an
+        unbiased estimate is biased low by poor mixing), at 1.6-6 times the time.
     num_repeats, target_ess, num_mcmc_steps, max_steps, num_integration_steps, \
 progress_bar
         As in :func:`tempered_smc_log_evidence`.
