@@ -134,7 +134,10 @@ _MAX_PROGRAMS = 32
 
 
 def _build_program(model, arguments, key_trace, key_init, key_prior) -> _Program:
-    args, kwargs = arguments.merge(arguments.dynamic)
+    # The cached closures hold only ``merge`` (structure and static values), never the
+    # first call's arrays: a cached program keeps no data set alive.
+    merge = arguments.merge
+    args, kwargs = merge(arguments.dynamic)
     sites = _sample_sites(model, args, kwargs, key_trace)
     discrete = [name for name, observed, is_discrete, *_ in sites if is_discrete and not observed]
     for name, observed, is_discrete, enumerable, kind in sites:
@@ -163,7 +166,7 @@ def _build_program(model, arguments, key_trace, key_init, key_prior) -> _Program
         # Only the continuous latent sites are visible: their log density at theta = T(u),
         # each site's transform read from the trace itself (a support may depend on theta),
         # plus log |dT/du| as NumPyro's potential energy adds it.
-        args, kwargs = arguments.merge(data[0])
+        args, kwargs = merge(data[0])
         log_dets = []
         program = handlers.substitute(
             handlers.block(handlers.seed(model, key), hide_fn=lambda s: s["name"] not in visible),
@@ -175,21 +178,21 @@ def _build_program(model, arguments, key_trace, key_init, key_prior) -> _Program
         return finite_or_minus_inf(prior_with_key(u, data, data[1]))
 
     def log_likelihood(u, data):
-        args, kwargs = arguments.merge(data[0])
+        args, kwargs = merge(data[0])
         log_joint = -potential_fn(*args, **kwargs)(unravel(u))
         return finite_or_minus_inf(log_joint - prior_with_key(u, data, data[1]))
 
     if discrete:  # the prior of theta must not move with the discrete draws
         keys = jax.random.split(key_prior, 3)
-        data = (arguments.dynamic, key_prior)
-        values = np.asarray(jax.jit(jax.vmap(lambda k: prior_with_key(u0, data, k)))(keys))
+        first = (arguments.dynamic, key_prior)
+        values = np.asarray(jax.jit(jax.vmap(lambda k: prior_with_key(u0, first, k)))(keys))
         if np.all(np.isfinite(values)) and np.ptp(values) > 1e-4 * (1.0 + np.abs(values[0])):
             raise ValueError(
                 f"the prior of the continuous latent site(s) {names} depends on the discrete "
                 f"site(s) {discrete}: log_evidence needs p(theta) free of them")
 
     def draw_one(key, data):
-        args, kwargs = arguments.merge(data[0])
+        args, kwargs = merge(data[0])
         trace = handlers.trace(handlers.seed(model, key)).get_trace(*args, **kwargs)
         draws = {name: biject_to(trace[name]["fn"].support).inv(trace[name]["value"])
                  for name in names}
