@@ -131,6 +131,7 @@ def test_clipped_mcmc(clipped_fit):
                                   np.asarray(clipped_fit.weight_samples))
 
 
+@pytest.mark.slow  # the mixture's chain (~9 s); its conversion is in fit_mixture_mcmc's Examples
 def test_mixture_mcmc(mixture_fit, mixture_data):
     idata = mixture_fit.to_inference_data()
     check_inference_data(idata, {"alpha": ("component",), "m": ("component", "dim"),
@@ -156,6 +157,7 @@ def test_ppca_mcmc(ppca_fit):
     np.testing.assert_allclose(idata.posterior["sigma"].values, ppca_fit.noise_samples)
 
 
+@pytest.mark.slow  # the mixture's chain (~9 s); its conversion is in fit_mixture_mcmc's Examples
 def test_mixture_loo_returns_arviz_elpd_data(mixture_fit, mixture_data):
     loo = mixture_loo(mixture_data.x, 2, rng_key=jax.random.key(1), **MIXTURE)
     assert isinstance(loo, az.ELPDData) and loo.loo_i.shape == (100,)
@@ -194,6 +196,7 @@ def _without_draws(path):
     return path
 
 
+@pytest.mark.slow  # the mixture's chain (~9 s); its conversion is in fit_mixture_mcmc's Examples
 def test_a_result_saved_before_the_draws_were_kept(gvq_fit, mixture_fit, tmp_path):
     old = inference.load(_without_draws(gvq_fit.save(tmp_path / "gvq.npz")))
     assert old.mcmc is None

@@ -63,6 +63,7 @@ def test_same_key_same_states_trace_never_rises_and_converged_means_two_walks_ag
     assert np.all(one.energy >= exact.energy - 1e-4)
 
 
+@pytest.mark.slow  # ~7 s; the default run checks the optimum unchunked above
 def test_chunks_of_examples_reach_the_same_optimum():
     """Walks move in chunks of examples (the last one padded); the chunks' walks draw
     their own starts, and every example still ends at the exhaustive search's optimum."""

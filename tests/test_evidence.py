@@ -200,6 +200,7 @@ def mixture_data():
     return z + jnp.where(jnp.arange(40)[:, None] < 20, -2.5, 2.5)
 
 
+@pytest.mark.slow  # ~8 s; the default run tempers the Gaussian cases above
 def test_the_tempered_likelihood_is_the_mixture_density(mixture_data):
     """log_likelihood(u) = sum_n logsumexp_k (log alpha_k + log N(x_n | m_k, Sigma_k)),
     full covariances (simplex, positive and LKJ-Cholesky transforms, whose Jacobians

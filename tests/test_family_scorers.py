@@ -38,7 +38,8 @@ def gvq_small():
             0.7)
 
 
-@pytest.mark.parametrize("probs", [0.5, (0.2, 0.5, 0.9)])
+# The default run checks unequal priors per feature; the slow run the common 1/2 too.
+@pytest.mark.parametrize("probs", [pytest.param(0.5, marks=pytest.mark.slow), (0.2, 0.5, 0.9)])
 def test_gvq_log_likelihood_is_the_programs_with_states_summed(gvq_small, probs):
     x, features, sigma = gvq_small
     ours = np.asarray(gs.log_likelihood(x, features, sigma, prior_probs=jnp.asarray(probs)))
@@ -192,7 +193,9 @@ def _monte_carlo(s, weights, bias, noise, num_draws, key):
     return np.asarray(draws.mean(0)), np.asarray(draws.std(0) / math.sqrt(num_draws))
 
 
-@pytest.mark.parametrize("num_hidden", [1, 2, 3])
+# The default run checks P = 3 (the hardest quadrature); the slow run P = 1, 2 too.
+@pytest.mark.parametrize("num_hidden", [pytest.param(p, marks=pytest.mark.slow) for p in (1, 2)]
+                         + [3])
 def test_clipped_quadrature_matches_monte_carlo(num_hidden):
     data = clipped_gaussian.generate(jax.random.key(num_hidden), 300, 8, num_hidden)
     params = program_parameters(fit_clipped_gaussian(data.s, num_hidden), 0.1)

@@ -91,6 +91,7 @@ def test_recovers_the_planted_energy_and_so_does_fit_gvq_on_the_variant(planted,
                        model_kwargs=kwargs, batch_size=50, num_restarts=1)
 
 
+@pytest.mark.slow  # ~8 s; the default run has fit_map_em's Examples and test_compile_once
 def test_fit_gvq_is_the_gvq_case_of_fit_map_em(planted):
     """From the same start, fit_gvq (least squares) and fit_map_em on GVQ with its
     features a numpyro.param (the closed form found by tracing) take the same path."""
@@ -150,6 +151,7 @@ def scaled_units(x):
         numpyro.sample("x", dist.Normal((s * gains) @ features, 0.1).to_event(1), obs=x)
 
 
+@pytest.mark.slow  # ~8 s; the default run checks the refusal in test_bad_input_names_the_argument
 def test_a_program_not_quadratic_in_its_parameters_is_learned_by_lbfgs():
     data = gvq.generate_planted(jax.random.key(3), 80, 3, 6, noise_scale=0.05)
     result = fit_map_em(scaled_units, data.x, rng_key=jax.random.key(1), num_restarts=2,

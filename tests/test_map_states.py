@@ -106,6 +106,7 @@ def test_every_method_on_gvq_equals_associate(planted, method):
     np.testing.assert_array_equal(ours.converged, theirs.converged, err_msg=method)
 
 
+@pytest.mark.slow  # ~5 s; the default run reads GVQ's program and the Ising ones above
 def test_one_site_per_unit_is_the_same_program(planted):
     x, F = planted.x, planted.features
     ours = map_states(gvq.model, x, features=F, split_states=True, enumerate_states=False)
@@ -114,7 +115,7 @@ def test_one_site_per_unit_is_the_same_program(planted):
 
 
 @pytest.mark.parametrize("noise", [
-    None,
+    pytest.param(None, marks=pytest.mark.slow),
     # The default run checks exact against brute force with noise=0.5 in
     # test_a_kept_plan_is_checked_again_at_new_values.
     pytest.param(0.5, marks=pytest.mark.slow),
@@ -151,6 +152,7 @@ def test_exact_and_br_on_sparse_coding_are_brute_force(planted, noise):
         np.testing.assert_allclose(result.energy, best, rtol=1e-5, atol=1e-4, err_msg=method)
 
 
+@pytest.mark.slow  # ~5 s; the default run reads GVQ's program and the Ising ones above
 def test_sites_of_any_shape_in_nested_plates():
     F = jax.random.normal(jax.random.key(5), (4, 3))
     s = jax.random.bernoulli(jax.random.key(6), 0.5, (7, 4)).astype(jnp.float32)

@@ -28,9 +28,10 @@ def per_unit_ising(x, features, coupling):
         numpyro.sample("x", dist.Normal(loc, 0.2).to_event(1), obs=x)
 
 
-# The default run checks noise="program" here and noise=None in the Examples of
-# numpyro_map_states (inference/association/generic.py); the slow run both here.
-@pytest.mark.parametrize("noise", [pytest.param(None, marks=pytest.mark.slow), "program"])
+# The default run checks noise=None in the Examples of numpyro_map_states
+# (inference/association/generic.py); the slow run both noises here (about 10 s each).
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", [None, "program"])
 def test_enumeration_is_the_exact_map_state(planted, noise):
     x, F = planted.x, planted.features
     args = (x + 0.1, F, 3.0)
@@ -41,10 +42,10 @@ def test_enumeration_is_the_exact_map_state(planted, noise):
     np.testing.assert_allclose(peer.energy, ours.energy, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("sampler", [
-    "discrete_hmc_gibbs",
-    pytest.param("mixed_hmc", marks=pytest.mark.slow),
-    pytest.param("gibbs", marks=pytest.mark.slow)])
+# About 10 s per sampler, in the slow run; the default run's peer check is the
+# enumeration's Examples in inference/association/generic.py.
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["discrete_hmc_gibbs", "mixed_hmc", "gibbs"])
 def test_sampler_never_beats_exact_and_reports_its_states_energy(planted, sampler):
     F = planted.features[:3]
     x = jax.random.bernoulli(jax.random.key(2), 0.5, (6, 3)).astype(jnp.float32) @ F

@@ -112,6 +112,7 @@ def test_laplace_errors(call, error, pattern):
 # ------------------------------------------------------------ the ML fit, scores
 
 
+@pytest.mark.slow  # ~6 s; the default run checks fit_ppca against scikit-learn in test_ppca
 def test_closed_form_fit_is_the_maximum_of_the_programs_likelihood(planted):
     scorer = ps.PPCAScorer(planted)
     x32 = np.asarray(planted)
