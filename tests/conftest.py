@@ -53,6 +53,35 @@ def pytest_configure(config):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
+#: Examples sections (doctests) that run in the slow run only: the generic NumPyro
+#: baselines, whose short NUTS and SVI runs cost 6-13 s each to compile. Each function
+#: keeps default-run tests of its own (tests/test_compile_once.py and
+#: tests/reliability/test_validation.py for all of them, and its family's baseline tests:
+#: test_mixture_baselines, test_clipped_baselines, test_mcvq_baselines, test_ppca).
+SLOW_DOCTESTS = frozenset({
+    "inference.mixture.baselines_svi.fit_mixture_svi",
+    "inference.mixture.baselines_mcmc.fit_mixture_mcmc",
+    "inference.clipped.baselines_mcmc.fit_clipped_mcmc",
+    "inference.clipped.baselines_svi.fit_clipped_svi",
+    "inference.mcvq.baselines_svi.fit_mcvq_meanfield_svi",
+    "inference.ppca.baselines.fit_ppca_mcmc",
+    "inference.ppca.baselines.fit_ppca_svi",
+})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the doctests of :data:`SLOW_DOCTESTS` slow (before ``-m`` selects)."""
+    doctests = {item.name: item for item in items if isinstance(item, pytest.DoctestItem)}
+    for name in SLOW_DOCTESTS:
+        if name in doctests:
+            doctests[name].add_marker(pytest.mark.slow)
+        elif any(other.startswith(name.rsplit(".", 1)[0] + ".") for other in doctests):
+            # Its module was collected but the doctest was not: a renamed function must
+            # not leave its Examples silently in the default run.
+            raise pytest.UsageError(f"SLOW_DOCTESTS names {name}, which has no doctest")
+
+
 def pytest_unconfigure(config):
     folder = getattr(config, "_ppl_zoo_jax_cache", None)
     if folder is not None:

@@ -11,6 +11,7 @@ internal notes. A slow test builds the whole site with warnings as errors.
 
 from __future__ import annotations
 
+import doctest
 import importlib
 import inspect
 import json
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import SLOW_DOCTESTS
 
 import inference
 import ppl_models
@@ -212,3 +214,13 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     assert len(pages) > 100
     for name in REGISTRY:
         assert (tmp_path / "html" / "models" / "generated" / f"{name}.html").exists()
+
+
+@pytest.mark.parametrize("name", sorted(SLOW_DOCTESTS))
+def test_examples_moved_to_the_slow_run_exist(name):
+    """Every doctest that tests/conftest.py moves to the slow run is a real Examples
+    section (a renamed function would otherwise drop out of both runs unnoticed)."""
+    module_name, _ = name.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    found = {test.name: test for test in doctest.DocTestFinder().find(module)}
+    assert name in found and found[name].examples, name
