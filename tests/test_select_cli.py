@@ -32,7 +32,7 @@ def planted(tmp_path_factory):
 
 
 def _select(path, out, *extra):
-    return main(["select", "mixture", "--data", str(path), "--candidates", "1", "2", "3", "4",
+    return main(["select", "mixture", "--data", str(path), "--candidates", "2", "3", "4",
                  *FAST, "--output-dir", str(out), *extra])
 
 
@@ -48,15 +48,15 @@ def test_csv_with_header_picks_the_planted_k_and_writes_files(header_run, plante
     report = json.loads((out / "selection.json").read_text())
     assert report["choices"]["bic"] == "3"
     assert report["family"] == "mixture" and report["label"] == "k"
-    assert report["candidates"] == [1, 2, 3, 4]
+    assert report["candidates"] == [2, 3, 4]
     assert (report["num_examples"], report["dim"], report["seed"]) == (300, 2, 0)
     assert report["data"] == str(planted[1]["header"])
     assert report["columns"] == ["height", "width"]
     assert set(report["choices"]) == {"bic", "cv"}
     rows = list(csv.DictReader(open(out / "selection.csv")))
-    assert [r["candidate"] for r in rows] == ["1", "2", "3", "4"]
+    assert [r["candidate"] for r in rows] == ["2", "3", "4"]
     assert set(rows[0]) == {"candidate", "cv", "cv_se", "bic"}
-    assert float(rows[2]["bic"]) == pytest.approx(report["criteria"]["bic"]["values"][2])
+    assert float(rows[1]["bic"]) == pytest.approx(report["criteria"]["bic"]["values"][1])
     png = (out / "selection.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
 
