@@ -55,9 +55,9 @@ def pytest_configure(config):
 
 #: Examples sections (doctests) that run in the slow run only: the generic NumPyro
 #: baselines, whose short NUTS and SVI runs cost 6-13 s each to compile. Each function
-#: keeps default-run tests of its own (tests/test_compile_once.py and
-#: tests/reliability/test_validation.py for all of them, and its family's baseline tests:
-#: test_mixture_baselines, test_clipped_baselines, test_mcvq_baselines, test_ppca).
+#: keeps default-run tests of its own: tests/test_compile_once.py (a real fit, twice) and
+#: tests/reliability/test_validation.py for all of them, and test_mixture_baselines,
+#: test_clipped_baselines, test_mcvq_baselines, or for PPCA test_arviz's PPCA chain.
 SLOW_DOCTESTS = frozenset({
     "inference.mixture.baselines_svi.fit_mixture_svi",
     "inference.mixture.baselines_mcmc.fit_mixture_mcmc",
