@@ -267,7 +267,7 @@ def _second_phase(h, k, target, rho, low, high, done, index, tol, *, num_iterati
     return rho.at[index].set(more[0]), done.at[index].set(more[3])
 
 
-def nearest_correlation(matrix, *, tol=1e-9, max_iterations=500, min_eigenvalue=0.0):
+def nearest_correlation(matrix, *, tol=None, max_iterations=500, min_eigenvalue=0.0):
     """The nearest correlation matrix in the Frobenius norm (Higham 2002).
 
     Alternating projections with Dykstra's correction between the positive
@@ -275,13 +275,24 @@ def nearest_correlation(matrix, *, tol=1e-9, max_iterations=500, min_eigenvalue=
     symmetric matrices with unit diagonal, until the iterate moves by less than
     ``tol`` (relative, Frobenius). Returns ``(matrix, iterations, converged)``.
 
+    ``tol=None`` is 1e-9, or 4 n machine epsilons of the input's float type for an
+    n x n matrix where that is larger (1.4e-6 for n = 3 in float32): near the fixed
+    point the rounding of each eigendecomposition moves the iterate by some n
+    epsilons, so a smaller tolerance is met only where the rounding happens to cancel,
+    which changes with the compiler's choices. The result is positive semidefinite to
+    about ``tol`` (its smallest eigenvalue may be that far below zero).
+
     >>> import jax.numpy as jnp
     >>> c = jnp.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
     >>> out, _, ok = nearest_correlation(c)
-    >>> bool(ok), bool(jnp.linalg.eigvalsh(out).min() > -1e-6), float(out[0, 0])
+    >>> bool(ok), bool(jnp.linalg.eigvalsh(out).min() > -1e-5), float(out[0, 0])
     (True, True, 1.0)
     """
     a = jnp.asarray(matrix)
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        a = a.astype(jnp.result_type(float))
+    if tol is None:
+        tol = max(1e-9, 4 * a.shape[0] * float(jnp.finfo(a.dtype).eps))
     a = 0.5 * (a + a.T)
     eye = jnp.eye(a.shape[0], dtype=a.dtype)
     return _nearest_correlation_loop(a, eye, tol=tol, max_iterations=max_iterations,

@@ -229,17 +229,22 @@ def _smc_run(log_prior, log_likelihood, num_mcmc_steps, move, num_integration_st
     target = _TARGET_ACCEPTANCE[move]
 
     def run(key, particles, target_ess, max_steps, data):
+        def likelihood(u):
+            return finite_or_minus_inf(log_likelihood(u, data))
+
         kernel = adaptive_tempered.build_kernel(
-            lambda u: finite_or_minus_inf(log_prior(u, data)),
-            lambda u: finite_or_minus_inf(log_likelihood(u, data)),
+            lambda u: finite_or_minus_inf(log_prior(u, data)), likelihood,
             step_fn, init_fn, resampling.systematic, target_ess, root_solver=_root_solver)
         state = adaptive_tempered.init(particles)
         state = state._replace(tempering_param=jnp.zeros((), particles.dtype))
         zero = jnp.zeros((), particles.dtype)
+        # Zero likelihood on every particle: no temperature step keeps one (its ESS is
+        # 0 / 0, whose rounding the compiler decides), so log Z = -inf without a step.
+        nowhere = jnp.all(jax.vmap(likelihood)(particles) == -jnp.inf)
 
         def cond(carry):
             _, state, step, _, _, _ = carry
-            return (state.tempering_param < 1.0) & (step < max_steps)
+            return (state.tempering_param < 1.0) & (step < max_steps) & ~nowhere
 
         def body(carry):
             key, state, step, log_z, acceptance, log_factor = carry
@@ -259,7 +264,8 @@ def _smc_run(log_prior, log_likelihood, num_mcmc_steps, move, num_integration_st
 
         _, state, steps, log_z, acceptance, _ = jax.lax.while_loop(
             cond, body, (key, state, jnp.zeros((), jnp.int32), zero, zero, zero))
-        return log_z, steps, acceptance, state.tempering_param
+        return (jnp.where(nowhere, -jnp.inf, log_z), steps, acceptance,
+                jnp.where(nowhere, 1.0, state.tempering_param))
 
     return jax.jit(run)
 
