@@ -142,7 +142,10 @@ def planted():
 def test_free_energy_never_increases_at_fixed_temperature(planted, temperature):
     """Every update is an exact block minimiser of F_T, so F_T is non-increasing at fixed T.
 
-    Tolerance: float32 rounding, 1e-6 |F| per iteration (F sums N D K J ~ 1.6e3 terms).
+    Tolerance: float32 rounding, 1e-5 |F| per iteration. F sums N D K J ~ 1.6e3 terms,
+    some as large as F itself, so its rounding is some sqrt(1.6e3) = 40 float32
+    epsilons of |F| (5e-6 |F|); measured rises reach 1.6e-6 |F|, depending on how the
+    compiler orders the sums.
     """
     temp = 1.0 if temperature == "one" else float(planted.x.shape[0])
     with warnings.catch_warnings():
@@ -152,7 +155,7 @@ def test_free_energy_never_increases_at_fixed_temperature(planted, temperature):
     trace = np.asarray(result.trace.objective)
     assert trace.size >= 5 and np.all(np.isfinite(trace))
     increases = np.diff(trace)
-    assert np.all(increases <= 1e-6 * np.abs(trace[1:])), increases.max()
+    assert np.all(increases <= 1e-5 * np.abs(trace[1:])), increases.max()
     assert trace[-1] < trace[0]  # it does move
     # The recorded value is the tested free energy of the final state.
     np.testing.assert_allclose(
@@ -370,6 +373,11 @@ def test_restarts_run_side_by_side_and_keep_the_lowest_free_energy(planted):
     Every start's final F (at T = 1, where the default schedule ends) must equal that
     of the same start fitted alone, the kept start must be the lowest, and the result
     must be that start's fit. One start (R = 1) uses the key itself.
+
+    The spare state (J = 4 on planted J = 3) shares a planted state with another in
+    one VQ, a nearly flat direction of F: there the vmapped and the single programs,
+    whose float rounding differs, end up to 1e-2 apart in mu after 80 iterations
+    (measured 7e-3) while F agrees to 1e-4 and g to 1e-29 ...
     """
     key = jax.random.key(3)
     result = fit_mcvq(planted.x, 3, 4, rng_key=key, max_iterations=80, num_restarts=4)
@@ -380,8 +388,10 @@ def test_restarts_run_side_by_side_and_keep_the_lowest_free_energy(planted):
     assert result.best_restart == int(np.argmin(finals))
     best = singles[result.best_restart]
     np.testing.assert_allclose(result.g, best.g, atol=1e-3)
-    np.testing.assert_allclose(result.mu, best.mu, atol=1e-3)
-    assert result.num_iterations == best.num_iterations
+    np.testing.assert_allclose(result.mu, best.mu, atol=1e-2)
+    # ... and the relative-change stopping test is met a few iterations apart there
+    # (measured 60 and 64).
+    assert abs(result.num_iterations - best.num_iterations) <= 8
     assert _partition_accuracy(result.g, planted.r, 3) == 1.0
     one = fit_mcvq(planted.x, 3, 4, rng_key=key, max_iterations=80, num_restarts=1)
     alone = fit_mcvq(planted.x, 3, 4, rng_key=key, max_iterations=80)
