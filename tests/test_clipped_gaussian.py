@@ -260,6 +260,20 @@ def test_nearest_correlation_matches_highams_example():
     np.testing.assert_allclose(out, want, atol=1e-4)
 
 
+def test_nearest_correlation_converges_in_float32_at_its_default_tolerance():
+    """The default tol is 4 n float32 epsilons, which the projections meet (1e-9 was
+    met only where rounding happened to cancel); the result is float64's to 1e-5."""
+    c = np.array([[1.0, 0.9, -0.9], [0.9, 1.0, 0.9], [-0.9, 0.9, 1.0]])
+    out, iterations, converged = nearest_correlation(jnp.asarray(c, jnp.float32))
+    assert bool(converged) and int(iterations) < 100 and out.dtype == jnp.float32
+    with jax.enable_x64(True):
+        exact, _, converged64 = nearest_correlation(jnp.asarray(c, jnp.float64))
+        exact = np.asarray(exact)
+    assert bool(converged64)
+    np.testing.assert_allclose(np.asarray(out), exact, atol=1e-5)
+    assert np.linalg.eigvalsh(np.asarray(out, np.float64)).min() > -1e-5  # PSD to ~tol
+
+
 @pytest.mark.slow
 def test_zero_one_input_equals_spin_input_and_constant_columns():
     data = cg.generate(jax.random.key(9), 400, 6, 2)

@@ -276,6 +276,7 @@ def test_zero_likelihood_everywhere_warns_and_is_not_converged():
                                            rng_key=jax.random.key(8), num_repeats=2)
     assert not result.converged
     assert np.all(result.runs == -np.inf)
+    assert np.all(result.num_steps == 0)  # no tempering step can keep a particle
 
 
 def test_too_few_steps_warn_and_are_not_converged():
