@@ -22,7 +22,11 @@ Prints one table per family and writes ``selection_study.json`` and one figure p
 family (``selection_study_<family>.png``: hit rate and agreement per criterion and
 level). ``--quick`` runs one seed of the well-separated level with the cheap criteria
 (no NUTS, no SMC): a smoke test of the pipeline, not a study. ``--levels`` and
-``--families`` choose parts of the full study.
+``--families`` choose parts of the full study. Every seed's row is saved as soon as it
+is computed (under ``<output-dir>/runs/<family>/<level>/``, beside the settings that
+made it) and a later run with the same settings reuses it: a study stopped part-way
+resumes where it was, and parts run one after another or in separate processes add up
+to the whole; ``--fresh`` recomputes.
 
 The evidence is judged decisive for a seed when its best candidate beats the runner-up
 by more than twice the combined standard error of the two SMC estimates; agreement is
@@ -60,6 +64,7 @@ Monte Carlo samplers", JRSS B 68 (2006) for the reference.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 import warnings
@@ -304,6 +309,33 @@ def run_seed(name, study, level, seed, criteria, settings):
             "notes": list(result.notes)}
 
 
+def seed_row(out, name, study, level, seed, criteria, settings, fresh=False):
+    """(row, reused): one seed's row, read from
+    ``out/runs/<family>/<level>/<recipe>/seed<NNN>.json`` when a run with the same
+    criteria, candidates, level and settings (hashed into ``<recipe>``) saved it there
+    (unless ``fresh``), else computed by :func:`run_seed` and saved at once. So a study
+    that is stopped resumes where it was, parts run in separate processes (``--families``,
+    ``--levels``) add up to the whole, and runs with other settings (``--quick``) keep
+    their own rows."""
+    recipe = jsonable({"criteria": criteria, "candidates": study.candidates,
+                       "level": study.levels[level], "options": study.options,
+                       "fit_options": study.fit_options,
+                       "settings": {k: settings[k] for k in ("folds", "restarts", "nuts",
+                                                             "evidence")}})
+    digest = hashlib.sha1(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    path = out / "runs" / name / level / digest / f"seed{seed:03d}.json"
+    if not fresh and path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("recipe") == recipe:
+            return saved["row"], True
+    row = jsonable(run_seed(name, study, level, seed, criteria, settings))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    partial.write_text(json.dumps({"recipe": recipe, "row": row}))
+    partial.replace(path)  # never a half-written row
+    return row, False
+
+
 def decisive(result):
     """Whether the evidence's best candidate beats the runner-up by more than twice the
     combined SE of the two estimates (None without the evidence)."""
@@ -433,7 +465,10 @@ def main(argv=None):
     parser.add_argument("--shapes-examples", type=int, default=24,
                         help="images per seed of the shapes question (default 24)")
     parser.add_argument("--output-dir", "--out", default="zoo-results",
-                        help="folder for JSON and PNG")
+                        help="folder for JSON and PNG; each seed's row is saved under "
+                             "runs/ there and reused by a later run with the same settings")
+    parser.add_argument("--fresh", action="store_true",
+                        help="recompute every seed, ignoring rows saved by earlier runs")
     args = parser.parse_args(argv)
     seeds = (1 if args.quick else 20) if args.seeds is None else args.seeds
     levels = (("separated",) if args.quick else LEVELS) if args.levels is None \
@@ -472,9 +507,11 @@ def main(argv=None):
         for level in levels:
             rows[level] = []
             for seed in range(seeds):
-                row = run_seed(name, study, level, seed, criteria, settings)
+                row, reused = seed_row(out, name, study, level, seed, criteria, settings,
+                                       fresh=args.fresh)
                 rows[level].append(row)
-                print(f"  [{time.perf_counter() - start:6.0f} s] {name} {level} seed {seed}: "
+                print(f"  [{time.perf_counter() - start:6.0f} s] {name} {level} seed {seed}"
+                      f"{' (saved)' if reused else ''}: "
                       + ", ".join(f"{c}={row['choice'].get(c)}" for c in criteria), flush=True)
             summary[level] = summarise(rows[level], study.planted, criteria)
         planted = list(study.planted) if isinstance(study.planted, tuple) else study.planted

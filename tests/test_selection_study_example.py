@@ -79,6 +79,34 @@ def test_findings_from_a_recorded_shape():
                zip(verdicts, found, strict=True))
 
 
+def test_seed_rows_are_saved_and_reused_only_for_the_same_settings(example, tmp_path,
+                                                                  monkeypatch):
+    calls = []
+
+    def fake_run_seed(name, study, level, seed, criteria, settings):
+        calls.append((name, level, seed, settings["folds"]))
+        return {"seed": seed, "choice": {"bic": 3}, "values": {"bic": [1.0, np.nan]},
+                "errors": {}, "seconds": {"bic": 0.5}, "decisive": None}
+
+    monkeypatch.setattr(example, "run_seed", fake_run_seed)
+    study = example.STUDIES["mixture"]
+    settings = {"folds": 5, "restarts": 3, "nuts": 400,
+                "evidence": {"num_particles": 10, "num_repeats": 2}}
+    args = (tmp_path, "mixture", study, "few")
+    row, reused = example.seed_row(*args, 0, ("bic",), settings)
+    assert not reused and row["values"]["bic"] == [1.0, None]  # as JSON keeps it
+    assert example.seed_row(*args, 0, ("bic",), settings) == (row, True)
+    assert len(calls) == 1
+    example.seed_row(*args, 1, ("bic",), settings)  # another seed
+    example.seed_row(*args, 0, ("bic",), {**settings, "folds": 3})  # other settings
+    example.seed_row(*args, 0, ("bic", "cv"), settings)  # other criteria
+    example.seed_row(*args, 0, ("bic",), settings, fresh=True)
+    assert len(calls) == 5
+    # the rows of other settings did not replace the first one
+    assert example.seed_row(*args, 0, ("bic",), settings)[1]
+    assert len(calls) == 5 and not list(tmp_path.rglob("*.part"))
+
+
 @pytest.mark.slow  # every family's fits compile: about 3 minutes on 2 cores
 def test_quick_run_finds_every_planted_size(example, run_example, tmp_path):
     run_example(example, ["--quick", "--output-dir", str(tmp_path)])
