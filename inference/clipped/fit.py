@@ -134,7 +134,8 @@ def empirical_moments(s, *, mesh=None):
     """
     s = jnp.asarray(s)
     if mesh is None:
-        return jnp.mean(s, axis=0), (s.T @ s) / s.shape[0]
+        # exact sums of +-1 divided by N, as the streamed moments divide theirs
+        return jnp.sum(s, axis=0) / s.shape[0], (s.T @ s) / s.shape[0]
     first, second = sum_over_shards(_moment_sums, mesh, [s])
     return first / s.shape[0], second / s.shape[0]
 
