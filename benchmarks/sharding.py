@@ -111,8 +111,8 @@ def _mixture_case(size, mesh):
     data = mixture.generate(jax.random.key(0), num, k, dim, separation=3.0)
     x = jnp.asarray(data.x, jnp.float32)
     # A mid-fit state: a few EM iterations from k-means++ (every component active).
-    # devices=1: a fit split over simulated devices whose exact-scatter fallback runs
-    # can hang on 2 cores (see the README's note on simulated devices).
+    # devices=1: with jaxlib 0.10.x a fit split over simulated devices whose exact-scatter
+    # fallback runs hung on 2 cores (docs/measurements.md, "Several devices").
     fit = mx.fit_mixture(x[:20_000], k, rng_key=jax.random.key(1), max_iterations=3,
                          prune=False, tol=0.0, devices=1)
     state = mx_sweep.EMState(*(np.asarray(a) for a in (fit.weights, fit.means, fit.covariances)),

@@ -315,8 +315,9 @@ class GVQScorer(Scorer):
         fit_key, smc_key = jax.random.split(rng_key)
         self._evidence_noise(fit_key)
         # Random-walk moves unless asked otherwise, as before HMC became log_evidence's
-        # default: HMC on this program is not validated yet (500-particle study runs on
-        # 200 x 6 data crashed XLA's CPU runtime with either move; not understood).
+        # default: HMC on this program is not validated yet. (With jaxlib 0.10.2,
+        # 500-particle runs on 200 x 6 data crashed inside XLA's CPU runtime, a YNNPACK
+        # fusion; one HMC run with 0.9.2 finished, with standard errors too large to use.)
         return super().evidence(n, smc_key, {"move": "rwm", **options})
 
     def notes(self, scored):

@@ -233,7 +233,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
     >>> from ppl_models import mcvq
     >>> data = mcvq.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
     ...                      num_states=3)
-    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), max_iterations=80)
+    >>> result = fit_mcvq(data.x, 3, 4, rng_key=jax.random.key(10), max_iterations=150)
     >>> result.g.shape, result.m.shape, result.mu.shape
     ((9, 3), (60, 3, 4), (9, 3, 4))
     >>> bool(result.converged), result.trace.objective.shape == (result.num_iterations,)
@@ -331,7 +331,7 @@ def infer_states(result: MCVQResult, x_new, *, mask=None):
     >>> from ppl_models import mcvq
     >>> data = mcvq.generate(jax.random.key(2), num_examples=80, dim=9, num_vqs=3,
     ...                      num_states=3)
-    >>> result = fit_mcvq(data.x[:60], 3, 4, rng_key=jax.random.key(10), max_iterations=80)
+    >>> result = fit_mcvq(data.x[:60], 3, 4, rng_key=jax.random.key(10), max_iterations=150)
     >>> q = infer_states(result, data.x[60:])  # 20 examples the fit has not seen
     >>> q.shape, bool(jnp.allclose(q.sum(axis=-1), 1.0))
     ((20, 3, 4), True)

@@ -89,6 +89,7 @@ import numpy as np
 from blackjax.mcmc import random_walk
 from blackjax.smc import adaptive_tempered, resampling, solver
 
+from inference.engine.runtime import warn_if_lapack_deadlock_prone
 from inference.program.densities import (  # noqa: F401 (the densities' old home)
     ProgramDensities,
     finite_or_minus_inf,
@@ -353,6 +354,7 @@ def tempered_smc_log_evidence(log_prior, log_likelihood, initial_particles, *, r
 def _tempered_smc(log_prior, log_likelihood, data, draw, rng_key, num_repeats, target_ess,
                   num_mcmc_steps, max_steps, progress_bar, move, num_integration_steps):
     """``num_repeats`` runs of the cached, jitted SMC on densities of (u, data)."""
+    warn_if_lapack_deadlock_prone("tempered SMC", stacklevel=3)
     run = _smc_run(log_prior, log_likelihood, num_mcmc_steps, move,
                    num_integration_steps if move == "hmc" else 0)
     repeats = range(num_repeats)
