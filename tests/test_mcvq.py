@@ -187,8 +187,10 @@ def test_recovers_planted_partition(planted):
     starts recover it (single-start rate about 0.66, so 2 or more of 5 has probability
     about 0.96).
     """
-    fits = [fit_mcvq(planted.x, 3, 4, rng_key=jax.random.key(10 + i), max_iterations=80)
-            for i in range(5)]
+    with warnings.catch_warnings():  # a start that ends unconverged loses on F anyway
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fits = [fit_mcvq(planted.x, 3, 4, rng_key=jax.random.key(10 + i), max_iterations=80)
+                for i in range(5)]
     accuracies = [_partition_accuracy(res.g, planted.r, 3) for res in fits]
     assert sum(acc == 1.0 for acc in accuracies) >= 2, accuracies
     final = [float(res.trace.objective[-1]) for res in fits]

@@ -70,7 +70,8 @@ def saved_iteration(path):
 
 # ---------------------------------------------------------------------------- MCVQ
 
-MCVQ_OPTIONS = dict(max_iterations=60, num_restarts=2)
+# 60 iterations ended unconverged at XLA level 2 under jaxlib 0.9.2; 100 converge (54).
+MCVQ_OPTIONS = dict(max_iterations=100, num_restarts=2)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ KILLED_SCRIPT = textwrap.dedent("""
     engine_loop._advance_jit = slow
     x = np.asarray(mcvq_model.generate(jax.random.key(2), num_examples=60, dim=9, num_vqs=3,
                                        num_states=3).x)
-    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), max_iterations=60, num_restarts=2,
+    mcvq.fit_mcvq(x, 3, 4, rng_key=jax.random.key(10), max_iterations=100, num_restarts=2,
                   checkpoint_path=sys.argv[1], checkpoint_every=3)
     print("finished", flush=True)
 """)
@@ -252,7 +253,7 @@ def test_resume_from_missing_file(mcvq_data, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (dict(tol=1e-4), r"option tol differs.*tol=1e-06 there, tol=0.0001 here"),
-    (dict(max_iterations=61), r"option max_iterations differs.*=60 there.*=61 here"),
+    (dict(max_iterations=101), r"option max_iterations differs.*=100 there.*=101 here"),
     (dict(rng_key=jax.random.key(11)), r"option rng_key differs"),
     (dict(num_restarts=3), r"option num_restarts differs.*=2 there.*=3 here"),
 ])
