@@ -103,6 +103,39 @@ def test_fixed_noise_objective_is_the_programs_log_density(data):
                                rtol=1e-6)
 
 
+def test_sufficient_statistics_give_the_rows_density(data):
+    """``sufficient_statistics=True`` observes the rows through their mean and scatter
+    (``GaussianRows``): NumPyro's log-density of that program equals the default
+    collapsed program's (one MultivariateNormal per row) at prior draws of W, mu, sigma,
+    in float32 to a relative 1e-5, and its prior draws have the shapes of the default's."""
+    from numpyro import handlers
+
+    x = np.asarray(data.x)
+    kwargs = {"num_components": NUM_COMPONENTS, "collapsed": True, "sigma": None}
+    for seed in range(5):
+        params = {name: site["value"] for name, site in handlers.trace(handlers.seed(
+            ppca.model, seed)).get_trace(x, **kwargs).items() if name != "x"}
+        rows, _ = log_density(ppca.model, (x,), kwargs, params)
+        stats, _ = log_density(ppca.model, (x,), {**kwargs, "sufficient_statistics": True},
+                               params)
+        assert np.isfinite(float(rows))
+        np.testing.assert_allclose(float(stats), float(rows), rtol=1e-5)
+    drawn = handlers.trace(handlers.seed(ppca.model, 0)).get_trace(
+        None, num_examples=7, dim=10, **kwargs, sufficient_statistics=True)
+    assert drawn["x"]["value"].shape == (7, 10) and drawn["x"]["fn"].event_shape == (7, 10)
+    with pytest.raises(ValueError, match="sufficient_statistics=True needs collapsed=True"):
+        handlers.trace(ppca.model).get_trace(x, num_components=2, sufficient_statistics=True)
+
+
+def test_gaussian_rows_rejects_bad_arguments():
+    from ppl_models.distributions import GaussianRows
+
+    with pytest.raises(ValueError, match="loc must have shape"):
+        GaussianRows(jnp.zeros(3), jnp.eye(2), 4)
+    with pytest.raises(ValueError, match="num_rows must be a positive int"):
+        GaussianRows(jnp.zeros(2), jnp.eye(2), 0)
+
+
 @pytest.mark.slow  # several compiled fits: the slow run
 def test_restarts_trace_convergence_and_save_load(data, tmp_path):
     x = np.asarray(data.x)

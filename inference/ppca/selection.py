@@ -274,9 +274,10 @@ class PPCAScorer(Scorer):
     choice); ``"loo"``, ``"waic"``: NUTS on the collapsed program
     (:func:`inference.ppca.baselines.fit_ppca_mcmc`, one chain), its pointwise
     log-likelihood log p(x_n | W, mu, sigma); ``"evidence"``: the collapsed program
-    ``ppl_models.ppca.model(x, collapsed=True, sigma=None)`` (no per-example z: only W,
-    mu and sigma are integrated, over their priors Normal(0, 1), Normal(0, 10^2),
-    HalfNormal(1)).
+    ``ppl_models.ppca.model(x, collapsed=True, sigma=None, sufficient_statistics=True)``
+    (no per-example z: only W, mu and sigma are integrated, over their priors
+    Normal(0, 1), Normal(0, 10^2), HalfNormal(1); the rows enter through their mean and
+    scatter, the same density as one multivariate Normal per row).
 
     Parameters
     ----------
@@ -395,7 +396,10 @@ class PPCAScorer(Scorer):
         return None
 
     def evidence_program(self, q):
-        return ppca.model, (self.x,), {"num_components": q, "collapsed": True, "sigma": None}
+        # The rows through their mean and scatter: the same density as one
+        # MultivariateNormal per example, at a cost per particle that does not grow with N.
+        return ppca.model, (self.x,), {"num_components": q, "collapsed": True, "sigma": None,
+                                       "sufficient_statistics": True}
 
     def notes(self, scored):
         out = []
