@@ -107,6 +107,26 @@ def adapt_association(data):
     return rows
 
 
+def adapt_association_choice(data):
+    """One row per configuration: tabu, with BR+MF as the peer (no goal: a measurement)."""
+    rows = []
+    for r in _get(data, "rows", default=[]):
+        tabu, brmf = _get(r, "methods", "tabu", default={}), _get(r, "methods", "br+mf",
+                                                                   default={})
+        ours, peer = tabu.get("us_per_example"), brmf.get("us_per_example")
+        ratio = peer / ours if isinstance(ours, float) and isinstance(peer, float) and ours \
+            else None
+        note = "; ".join(f"{name} gap {m['gap_percent']:.3f}%, {m['above_percent']:.2f}% above "
+                         f"the reference" for name, m in (("tabu", tabu), ("br+mf", brmf))
+                         if isinstance(m.get("gap_percent"), float)
+                         and isinstance(m.get("above_percent"), float))
+        rows.append(row("association_choice", "tabu", "br+mf",
+                        f"n={r.get('num_features')}, dim={r.get('dim')}, "
+                        f"F mean {r.get('feature_mean')}", ours, "us/example", ratio, None,
+                        None, note))
+    return rows
+
+
 def adapt_gvq_learning(data):
     goals = _get(data, "goal_result", default=[])
     rows = []
@@ -225,6 +245,7 @@ def adapt_generic(data, name="?"):
 
 #: Script name -> adapter(data) -> list of rows.
 ADAPTERS = {"association_exact": adapt_association_exact, "association": adapt_association,
+            "association_choice": adapt_association_choice,
             "gvq_learning": adapt_gvq_learning, "clipped": adapt_clipped, "mcvq": adapt_mcvq,
             "mixture": adapt_mixture, "model_selection": adapt_model_selection}
 

@@ -32,6 +32,10 @@ FIXTURES = {
             {"method": "infer_discrete", "kind": "peer", "core": {"median_us": 30.0}},
             {"method": "dbp", "kind": "ours", "error": "n/a"}]}],
         "goal_results": [{"num_features": 12, "dim": 24, "measured": True, "met": True}]},
+    "association_choice": {
+        "rows": [{"num_features": 16, "dim": 8, "feature_mean": 0.0, "methods": {
+            "br+mf": {"us_per_example": 59.4, "gap_percent": 129.2, "above_percent": 49.6},
+            "tabu": {"us_per_example": 136.0, "gap_percent": 0.0, "above_percent": 0.0}}}]},
     "gvq_learning": {
         "results": [{"num_features": 6, "problem": "dense", "rows": [
             {"learner": "EM exact", "dim": 12, "timing": {"median_s": 0.005},
