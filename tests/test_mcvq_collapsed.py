@@ -54,17 +54,27 @@ def _enumerated(x, pi, prior):
     return float(logsumexp(terms))
 
 
-@pytest.mark.parametrize("case", ["gaussian", "noise-free patterns"])
-def test_sampler_matches_the_sum_over_assignments(case):
+@pytest.mark.parametrize("num_sweeps", [0, 2])
+@pytest.mark.parametrize("case", ["gaussian", "noise-free patterns", pytest.param(
+    "two groups", marks=pytest.mark.slow)])  # slow: 1,024 assignments summed in Python
+def test_sampler_matches_the_sum_over_assignments(case, num_sweeps):
+    """With and without Gibbs moves of the placed examples (resample-move); "two groups"
+    (10 examples, 1,024 assignments) resamples and moves particles with unequal weights."""
     rng = np.random.default_rng(0)
     if case == "gaussian":
         x, pi, prior = rng.normal(size=(5, 2)), np.array([0.3, 0.7]), PRIOR
+    elif case == "two groups":
+        rng = np.random.default_rng(7)
+        x = rng.normal(size=(10, 2)) + 2.0 * rng.integers(0, 2, (10, 1))
+        pi, prior = np.array([0.5, 0.5]), PRIOR
     else:
         patterns = np.array([[1, 1, -1], [-1, 1, 1], [1, -1, -1]], float)
         x, pi = patterns[rng.integers(0, 3, 6)], np.full(3, 1 / 3)
         prior = MCVQPrior(0.0, 1.0, 1.0, 0.01)
     exact = _enumerated(x, pi, prior)
-    result = vq_log_evidence(x, pi, prior, rng_key=jax.random.key(1), num_particles=2000)
+    result = vq_log_evidence(x, pi, prior, rng_key=jax.random.key(1),
+                             num_particles=2000 if num_sweeps == 0 else 300,
+                             num_sweeps=num_sweeps)
     assert result.converged and result.runs.shape == (4,)
     assert abs(result.log_evidence - exact) < 3 * result.standard_error + 0.02, (result, exact)
 
@@ -88,6 +98,8 @@ def test_missing_entries_are_left_out():
     (dict(weights=np.array([1.0, 0.0])), "weights"),
     (dict(num_repeats=1), "num_repeats"),
     (dict(num_particles=0), "num_particles"),
+    (dict(num_sweeps=-1), "num_sweeps"),
+    (dict(num_sweeps=1.5), "num_sweeps"),
     (dict(x=np.zeros(4)), "x must be 2-D"),
 ])
 def test_bad_input_names_the_argument(kwargs, match):

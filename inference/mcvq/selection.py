@@ -256,7 +256,8 @@ def factorised_log_evidence(x, mask, r_dims, pi, prior, *, rng_key, method: str 
     the same size share one compiled run. ``method="collapsed"`` estimates each term by
     :func:`inference.mcvq.collapsed.vq_log_evidence` instead (the parameters integrated,
     the states sampled example by example; exact on small problems, but biased low where
-    the assignments of large weight are rare, as on noise-free images: compare with
+    the assignments of large weight are rare, as on noise-free images, unless its
+    ``num_sweeps`` moves revise the early states: compare with
     :func:`inference.mcvq.collapsed.assignment_log_joint`). ``options`` go to the
     method's function. The repeats of the terms are independent: run i of the total is
     the sum of the terms' runs i (an unbiased estimate of the product of the terms'
