@@ -562,7 +562,7 @@ def main(argv=None):
         for seed in range(shapes_seeds):
             options = {"num_particles": args.shapes_particles, "num_repeats": 4,
                        "num_sweeps": args.shapes_sweeps}
-            recipe = {"shapes": SHAPES, "num_examples": args.shapes_examples, **options}
+            recipe = jsonable({"shapes": SHAPES, "num_examples": args.shapes_examples, **options})
             compute = functools.partial(shapes_seed, seed, args.shapes_examples, options)
             r, reused = cached_row(recipe_path(out, ("mcvq_shapes",), recipe, seed), recipe,
                                    compute, args.fresh)
