@@ -79,6 +79,30 @@ def test_random_walk_moves_match_the_closed_form_too(normal_data):
     assert abs(result.log_evidence - exact) < 3 * result.standard_error + 0.02, (result, exact)
 
 
+def test_a_reference_near_the_posterior_matches_the_closed_form_in_fewer_steps(
+        normal_data, normal_result):
+    """Tempering from q (a Gaussian twice as wide as the posterior, or a mixture with a
+    useless component far away) instead of the prior: still log p(x), in fewer steps."""
+    n = normal_data.shape[0]
+    precision = n / SIGMA ** 2 + 1 / S0 ** 2
+    mean = (float(jnp.sum(normal_data)) / SIGMA ** 2 + M0 / S0 ** 2) / precision
+    exact = normal_mean_exact(normal_data)
+    close = dist.MultivariateNormal(jnp.array([mean]), jnp.eye(1) * 4 / precision)
+    mixture_q = dist.MixtureSameFamily(
+        dist.Categorical(logits=jnp.zeros(2)),
+        dist.MultivariateNormal(jnp.array([[mean], [-5.0]]), jnp.eye(1) * 4 / precision))
+    for q in (close, mixture_q):
+        result = log_evidence(normal_mean, normal_data, rng_key=jax.random.key(4),
+                              num_particles=500, num_repeats=6, reference=q)
+        assert result.converged
+        assert abs(result.log_evidence - exact) < 3 * result.standard_error + 0.01, (
+            result, exact)
+        assert result.num_steps.max() < normal_result.num_steps.min()
+    with pytest.raises(ValueError, match="reference must be a numpyro distribution"):
+        log_evidence(normal_mean, normal_data, rng_key=jax.random.key(4), num_repeats=2,
+                     reference=dist.MultivariateNormal(jnp.zeros(2), jnp.eye(2)))
+
+
 def test_new_data_of_the_same_shapes_reuse_the_compiled_run(normal_data):
     """The data are traced: a second data set of the same shape builds no new program
     and no new SMC loop, and its estimate is that of its own data."""
