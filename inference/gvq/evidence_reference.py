@@ -28,6 +28,7 @@ Royal Statistical Society B 68(3), 411-436 (2006): any normalised initial distri
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -39,24 +40,30 @@ from jax.scipy.optimize import minimize
 
 from ppl_models.validation import check_positive, check_positive_int
 
-__all__ = ["mode_reference", "MAX_PERMUTATIONS"]
+__all__ = ["mode_reference", "log_posterior", "MAX_PERMUTATIONS"]
 
 #: Most permutation components of q (n! up to n = 5); beyond, the identity only.
 MAX_PERMUTATIONS = 120
 
 
-def mode_reference(log_density, features, *, inflate: float = 2.0,
+def mode_reference(log_density, features, *, data=None, inflate: float = 2.0,
                    max_permutations: int = MAX_PERMUTATIONS):
     """q: a mixture of Gaussians at the posterior's mode near ``features`` and its
     permutations (module docstring).
 
     Parameters
     ----------
-    log_density : callable u -> float
+    log_density : callable
         The log posterior up to a constant, log p(u) + log p(x | u), of the flat vector
-        u = F.ravel() (``program_densities``' log_prior plus log_likelihood).
+        u = F.ravel(): ``log_density(u)``, or ``log_density(u, data)`` when ``data`` is
+        given (e.g. :func:`log_posterior` of a program's cached densities, with the data
+        of :func:`inference.program.densities.program_and_data`). In the second form the
+        search and the Hessian are compiled once per function and data shapes and reused
+        by later calls; a closure over the data, new at every call, is compiled anew.
     features : array (n, d)
         A fit's F (e.g. EM's), where the search for the mode starts.
+    data : pytree of arrays, optional
+        The second argument of ``log_density``; traced, not a compile-time constant.
     inflate : float
         Scale factor on the Laplace standard deviations (default 2: q somewhat wider
         than the posterior, whose tails tempering fills in more cheaply than it fills
@@ -75,7 +82,12 @@ def mode_reference(log_density, features, *, inflate: float = 2.0,
     check_positive(inflate, "inflate")
     max_permutations = check_positive_int(max_permutations, "max_permutations")
     n, d = features.shape
-    mode, covariance = _laplace(log_density, features.ravel())
+    if data is None:
+        def density(u, _):
+            return log_density(u)
+    else:
+        density = log_density
+    mode, covariance = _laplace(density, features.ravel(), data)
     covariance = covariance * inflate ** 2
     orders = (list(itertools.permutations(range(n))) if math.factorial(n) <= max_permutations
               else [tuple(range(n))])
@@ -87,25 +99,34 @@ def mode_reference(log_density, features, *, inflate: float = 2.0,
                                   dist.MultivariateNormal(locs, scale_tril=trils))
 
 
-def _laplace(log_density, u0):
-    """(mode, inverse Hessian of -log_density there), one compiled computation: BFGS from
-    u0 (kept if BFGS does not improve on it), then the eigen-clipped inverse Hessian."""
+@functools.lru_cache(maxsize=32)
+def log_posterior(log_prior, log_likelihood):
+    """(u, data) -> log_prior(u, data) + log_likelihood(u, data), one function object per
+    pair (cached), so that :func:`mode_reference` compiles once per program."""
+
+    def density(u, data):
+        return log_prior(u, data) + log_likelihood(u, data)
+
+    return density
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _laplace(log_density, u0, data):
+    """(mode, inverse Hessian of -log_density there), one compiled computation per
+    ``log_density`` and shapes: BFGS from u0 (kept if BFGS does not improve on it), then
+    the eigen-clipped inverse Hessian."""
 
     def negative(u):
-        return -log_density(u)
+        return -log_density(u, data)
 
-    @jax.jit
-    def run(u0):
-        found = minimize(negative, u0, method="BFGS", options={"maxiter": 500})
-        mode = jnp.where(jnp.isfinite(found.fun) & (found.fun <= negative(u0)), found.x, u0)
-        hessian = jax.hessian(negative)(mode)
-        values, vectors = jnp.linalg.eigh(0.5 * (hessian + hessian.T))
-        # A flat or negative direction (not a strict maximum) gets the largest variance
-        # any proper direction has, rather than an infinite one.
-        floor = jnp.maximum(jnp.max(values) * 1e-8, 1e-12)
-        smallest = jnp.min(jnp.where(values > floor, values, jnp.inf))
-        values = jnp.where(values > floor, values, smallest)
-        values = jnp.where(jnp.isfinite(values), values, 1.0)
-        return mode, (vectors / values) @ vectors.T
-
-    return run(u0)
+    found = minimize(negative, u0, method="BFGS", options={"maxiter": 500})
+    mode = jnp.where(jnp.isfinite(found.fun) & (found.fun <= negative(u0)), found.x, u0)
+    hessian = jax.hessian(negative)(mode)
+    values, vectors = jnp.linalg.eigh(0.5 * (hessian + hessian.T))
+    # A flat or negative direction (not a strict maximum) gets the largest variance
+    # any proper direction has, rather than an infinite one.
+    floor = jnp.maximum(jnp.max(values) * 1e-8, 1e-12)
+    smallest = jnp.min(jnp.where(values > floor, values, jnp.inf))
+    values = jnp.where(values > floor, values, smallest)
+    values = jnp.where(jnp.isfinite(values), values, 1.0)
+    return mode, (vectors / values) @ vectors.T

@@ -309,7 +309,9 @@ class GVQScorer(Scorer):
         if self.evidence_noise is None:
             raise ValueError("evidence_program needs the common sigma: call evidence(), or "
                              "give the scorer noise=")
-        kwargs = {"num_features": n, "sigma": self.evidence_noise, "split_states": True,
+        # sigma as an array is traced: a new data set's sigma reuses the compiled SMC
+        kwargs = {"num_features": n, "split_states": True,
+                  "sigma": jnp.asarray(self.evidence_noise, jnp.asarray(self.x).dtype),
                   **self._program_kwargs()}
         return gvq.model, (self.x,), kwargs
 
@@ -318,17 +320,17 @@ class GVQScorer(Scorer):
         fit and their permutations (:func:`inference.gvq.evidence_reference.
         mode_reference`), not from F's prior: from the prior the runs settle in modes
         thousands of nats below the fit."""
-        from inference.gvq.evidence_reference import mode_reference
-        from inference.program.densities import program_densities
+        from inference.gvq.evidence_reference import log_posterior, mode_reference
+        from inference.program.densities import program_and_data
         from inference.program.evidence import log_evidence
 
         fit_key, smc_key = jax.random.split(rng_key)
         self._evidence_noise(fit_key)
         features = self._full(n, fit_key)[0]
         model, args, kwargs = self.evidence_program(n)
-        densities = program_densities(model, *args, rng_key=fit_key, **kwargs)
-        reference = mode_reference(lambda u: densities.log_prior(u)
-                                   + densities.log_likelihood(u), features)
+        program, data = program_and_data(model, args, kwargs, fit_key)
+        reference = mode_reference(log_posterior(program.log_prior, program.log_likelihood),
+                                   features, data=data)
         return log_evidence(model, *args, rng_key=smc_key, reference=reference,
                             **options, **kwargs)
 
