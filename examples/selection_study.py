@@ -26,7 +26,11 @@ level). ``--quick`` runs one seed of the well-separated level with the cheap cri
 is computed (under ``<output-dir>/runs/<family>/<level>/``, beside the settings that
 made it) and a later run with the same settings reuses it: a study stopped part-way
 resumes where it was, and parts run one after another or in separate processes add up
-to the whole; ``--fresh`` recomputes.
+to the whole; ``--fresh`` recomputes. ``--saved-only`` computes nothing and reports the
+rows saved so far, each level's table counting its own rows: the report of a study in
+progress. The project's own rows are kept in the repository under
+``docs/_data/selection_study/`` (pass it as ``--output-dir`` to add to them or report
+them).
 
 The evidence is judged decisive for a seed when its best candidate beats the runner-up
 by more than twice the combined standard error of the two SMC estimates; agreement is
@@ -321,11 +325,14 @@ def recipe_path(out, parts, recipe, seed):
 
 def cached_row(path, recipe, compute, fresh=False):
     """(row, reused): the row saved at ``path`` by a run with the same ``recipe`` (unless
-    ``fresh``), else ``compute()``, saved at once (never half-written)."""
+    ``fresh``), else ``compute()``, saved at once (never half-written); (None, False)
+    when nothing is saved and ``compute`` is None."""
     if not fresh and path.exists():
         saved = json.loads(path.read_text())
         if saved.get("recipe") == recipe:
             return saved["row"], True
+    if compute is None:
+        return None, False
     row = jsonable(compute())
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part")
@@ -334,20 +341,22 @@ def cached_row(path, recipe, compute, fresh=False):
     return row, False
 
 
-def seed_row(out, name, study, level, seed, criteria, settings, fresh=False):
+def seed_row(out, name, study, level, seed, criteria, settings, fresh=False,
+             saved_only=False):
     """(row, reused): one seed's row, read from
     ``out/runs/<family>/<level>/<recipe>/seed<NNN>.json`` when a run with the same
     criteria, candidates, level and settings (hashed into ``<recipe>``) saved it there
     (unless ``fresh``), else computed by :func:`run_seed` and saved at once. So a study
     that is stopped resumes where it was, parts run in separate processes (``--families``,
     ``--levels``) add up to the whole, and runs with other settings (``--quick``) keep
-    their own rows."""
+    their own rows. With ``saved_only``, a row not saved is (None, False)."""
     recipe = jsonable({"criteria": criteria, "candidates": study.candidates,
                        "level": study.levels[level], "options": study.options,
                        "fit_options": study.fit_options,
                        "settings": {k: settings[k] for k in ("folds", "restarts", "nuts",
                                                              "evidence")}})
     return cached_row(recipe_path(out, (name, level), recipe, seed), recipe,
+                      None if saved_only else
                       lambda: run_seed(name, study, level, seed, criteria, settings), fresh)
 
 
@@ -412,8 +421,18 @@ def best_agreement(summary, criteria):
                                       "rho": best[4]}
 
 
+def seeds_text(seeds):
+    """"20 seed(s) per level", or "seeds: separated 20, overlapping 7" when they differ
+    (``seeds``: level -> number of rows)."""
+    counts = set(seeds.values())
+    if len(counts) == 1:
+        return f"{counts.pop()} seed(s) per level"
+    return "seeds: " + ", ".join(f"{lv} {n}" for lv, n in seeds.items())
+
+
 def table(name, planted, summary, criteria, seeds):
-    lines = [f"\n{name}: planted {planted}, {seeds} seed(s) per level; per level: hits / "
+    """The report lines of one family; ``seeds``: level -> number of rows."""
+    lines = [f"\n{name}: planted {planted}, {seeds_text(seeds)}; per level: hits / "
              "agreement with the evidence where it is decisive / Spearman rho with the "
              "evidence / seconds per seed"]
     header = f"{'criterion':<10s}" + "".join(f"{lv:>32s}" for lv in summary)
@@ -424,12 +443,12 @@ def table(name, planted, summary, criteria, seeds):
             s = summary[lv][c]
             rho = "-" if s["rho"] is None else f"{s['rho']:+.2f}"
             agree = f"{s['agree']}/{s['with_evidence']}" if c != "evidence" else "ref"
-            row += f"{s['hits']:>8d}/{seeds:<3d}{agree:>8s}{rho:>7s}{s['seconds']:>8.1f}s"
+            row += f"{s['hits']:>8d}/{seeds[lv]:<3d}{agree:>8s}{rho:>7s}{s['seconds']:>8.1f}s"
         lines.append(row)
     if "evidence" in criteria:
         ses = [summary[lv]["evidence"].get("mean_se") for lv in summary]
         lines.append("evidence decisive (best beats runner-up by > 2 SE) in: " + ", ".join(
-            f"{lv} {summary[lv]['evidence']['decisive']}/{seeds}" for lv in summary))
+            f"{lv} {summary[lv]['evidence']['decisive']}/{seeds[lv]}" for lv in summary))
         lines.append("evidence SE (nats per example, mean): " + ", ".join(
             f"{lv} {se:.4f}" if se is not None else f"{lv} -" for lv, se in zip(summary, ses,
                                                                                  strict=True)))
@@ -443,7 +462,7 @@ def plot(path, name, planted, summary, criteria, seeds):
     width = 0.8 / len(summary)
     xs = np.arange(len(criteria))
     for i, lv in enumerate(summary):
-        hits = [summary[lv][c]["hits"] / seeds for c in criteria]
+        hits = [summary[lv][c]["hits"] / seeds[lv] for c in criteria]
         agree = [summary[lv][c]["agree"] / max(summary[lv][c]["with_evidence"], 1)
                  if c != "evidence" else np.nan for c in criteria]
         axes[0].bar(xs + i * width, hits, width, label=lv)
@@ -455,7 +474,7 @@ def plot(path, name, planted, summary, criteria, seeds):
         ax.set_ylabel("fraction of seeds")
         ax.set_title(title)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{name}: planted {planted}, {seeds} seed(s) per level")
+    fig.suptitle(f"{name}: planted {planted}, {seeds_text(seeds)}")
     save_figure(fig, path)
 
 
@@ -489,6 +508,9 @@ def main(argv=None):
                              "runs/ there and reused by a later run with the same settings")
     parser.add_argument("--fresh", action="store_true",
                         help="recompute every seed, ignoring rows saved by earlier runs")
+    parser.add_argument("--saved-only", action="store_true",
+                        help="compute nothing: report the rows saved under --output-dir "
+                             "(a study in progress; each level's table counts its own rows)")
     args = parser.parse_args(argv)
     seeds = (1 if args.quick else 20) if args.seeds is None else args.seeds
     levels = (("separated",) if args.quick else LEVELS) if args.levels is None \
@@ -506,6 +528,8 @@ def main(argv=None):
         parser.error("--shapes-examples must be at least 2")
     if args.shapes_particles < 2 or args.shapes_sweeps < 0:
         parser.error("--shapes-particles must be at least 2 and --shapes-sweeps at least 0")
+    if args.saved_only and args.fresh:
+        parser.error("--saved-only reports saved rows: it cannot be combined with --fresh")
     if args.particles < 2 or (args.mcmc_steps is not None and args.mcmc_steps < 1):
         parser.error("--particles must be at least 2 and --mcmc-steps at least 1")
     settings = {"folds": 3 if args.quick else 5, "restarts": 2 if args.quick else 3,
@@ -530,15 +554,24 @@ def main(argv=None):
             rows[level] = []
             for seed in range(seeds):
                 row, reused = seed_row(out, name, study, level, seed, criteria, settings,
-                                       fresh=args.fresh)
+                                       fresh=args.fresh, saved_only=args.saved_only)
+                if row is None:  # --saved-only, not computed yet
+                    continue
                 rows[level].append(row)
                 print(f"  [{time.perf_counter() - start:6.0f} s] {name} {level} seed {seed}"
                       f"{' (saved)' if reused else ''}: "
                       + ", ".join(f"{c}={row['choice'].get(c)}" for c in criteria), flush=True)
-            summary[level] = summarise(rows[level], study.planted, criteria)
+            if rows[level]:
+                summary[level] = summarise(rows[level], study.planted, criteria)
+            else:
+                del rows[level]
+        if not summary:
+            print(f"{name}: no saved rows under {out / 'runs' / name}")
+            continue
+        counts = {lv: len(r) for lv, r in rows.items()}
         planted = list(study.planted) if isinstance(study.planted, tuple) else study.planted
         best = best_agreement(summary, criteria)
-        block = table(name, study.planted, summary, criteria, seeds)
+        block = table(name, study.planted, summary, criteria, counts)
         if best is not None and "evidence" in criteria:
             rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
             block.append(f"best agreement with the evidence: {best['criterion']} "
@@ -547,37 +580,41 @@ def main(argv=None):
         lines += block
         figure = out / f"selection_study_{name}.png"
         try:
-            plot(figure, name, study.planted, summary, criteria, seeds)
+            plot(figure, name, study.planted, summary, criteria, counts)
         except ImportError:
             figure = None
         results["families"][name] = {
             "planted": planted, "criteria": list(criteria), "levels": {
-                lv: study.levels[lv] for lv in levels},
+                lv: study.levels[lv] for lv in summary}, "seeds": counts,
             "candidates": [list(c) if isinstance(c, tuple) else c for c in study.candidates],
             "summary": summary, "best": best, "runs": rows,
             "figure": None if figure is None else str(figure)}
     shapes_seeds = (0 if args.quick else 5) if args.shapes_seeds is None else args.shapes_seeds
     if shapes_seeds > 0 and "mcvq" in families:
-        rows = []
+        shapes_rows = []
         for seed in range(shapes_seeds):
             options = {"num_particles": args.shapes_particles, "num_repeats": 4,
                        "num_sweeps": args.shapes_sweeps}
             recipe = jsonable({"shapes": SHAPES, "num_examples": args.shapes_examples, **options})
-            compute = functools.partial(shapes_seed, seed, args.shapes_examples, options)
+            compute = (None if args.saved_only else
+                       functools.partial(shapes_seed, seed, args.shapes_examples, options))
             r, reused = cached_row(recipe_path(out, ("mcvq_shapes",), recipe, seed), recipe,
                                    compute, args.fresh)
-            rows.append(r)
+            if r is None:  # --saved-only, not computed yet
+                continue
+            shapes_rows.append(r)
             print(f"  [{time.perf_counter() - start:6.0f} s] mcvq shapes seed {seed}"
                   f"{' (saved)' if reused else ''}: VB keeps "
                   f"{r['vb_num_vqs']} VQs; evidence VB {r['evidence']['vb']:.2f}, planted "
                   f"{r['evidence']['planted']:.2f}", flush=True)
-        verdict, block = shapes_verdict(rows)
+    if shapes_seeds > 0 and "mcvq" in families and shapes_rows:
+        verdict, block = shapes_verdict(shapes_rows)
         print("\n".join(block), flush=True)
         lines += block
         results["shapes"] = {"settings": {**SHAPES, "num_examples": args.shapes_examples,
                                           "num_particles": args.shapes_particles,
                                           "num_sweeps": args.shapes_sweeps},
-                             "verdict": verdict, "runs": rows}
+                             "verdict": verdict, "runs": shapes_rows}
     results["seconds"] = time.perf_counter() - start
     results["report"] = lines
     path = out / "selection_study.json"

@@ -107,6 +107,43 @@ def test_seed_rows_are_saved_and_reused_only_for_the_same_settings(example, tmp_
     assert len(calls) == 5 and not list(tmp_path.rglob("*.part"))
 
 
+def test_saved_only_reports_the_saved_rows_and_computes_nothing(example, tmp_path,
+                                                                 monkeypatch):
+    calls = []
+
+    def fake_run_seed(name, study, level, seed, criteria, settings):
+        calls.append((name, level, seed))
+        choice = {c: 2 if seed else 1 for c in criteria}
+        return {"seed": seed, "choice": choice, "values": {c: [0.0, 1.0, 0.5] for c in criteria},
+                "errors": {}, "seconds": {c: 0.5 for c in criteria}, "decisive": None}
+
+    monkeypatch.setattr(example, "run_seed", fake_run_seed)
+    common = ["--families", "clipped", "--output-dir", str(tmp_path)]
+    example.main(common + ["--seeds", "2", "--levels", "separated"])
+    assert len(calls) == 2
+    # a study in progress: 2 of 5 separated seeds, no overlapping one
+    data = example.main(common + ["--saved-only", "--seeds", "5", "--levels", "separated",
+                                  "overlapping"])
+    assert len(calls) == 2                      # nothing computed
+    family = data["families"]["clipped"]
+    assert family["seeds"] == {"separated": 2} and list(family["summary"]) == ["separated"]
+    assert family["summary"]["separated"]["cv"]["hits"] == 1
+    assert any("2 seed(s) per level" in line for line in data["report"])
+    found = EXPERIMENTS["selection_study"].extract(data)
+    assert found[0]["ours"] == "1/2 seeds"
+    # no saved row at all: the family is left out, not reported as zeros
+    empty = example.main(["--families", "clipped", "--saved-only", "--output-dir",
+                          str(tmp_path / "empty")])
+    assert empty["families"] == {} and len(calls) == 2
+    with pytest.raises(SystemExit):
+        example.main(common + ["--saved-only", "--fresh"])
+
+
+def test_seeds_text_names_each_level_when_counts_differ(example):
+    assert example.seeds_text({"separated": 20, "few": 20}) == "20 seed(s) per level"
+    assert example.seeds_text({"separated": 20, "few": 3}) == "seeds: separated 20, few 3"
+
+
 @pytest.mark.slow  # every family's fits compile: about 3 minutes on 2 cores
 def test_quick_run_finds_every_planted_size(example, run_example, tmp_path):
     run_example(example, ["--quick", "--output-dir", str(tmp_path)])

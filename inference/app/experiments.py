@@ -25,9 +25,12 @@ __all__ = ["EXPERIMENTS", "STUDIES", "Experiment", "VERDICTS", "finding"]
 def _selection_study(data):
     """Per family: the evidence's hit rate on well-separated data, each criterion's hit
     rate there, and the criterion agreeing best with the evidence."""
-    seeds = data["settings"]["seeds"]
     out = []
     for name, family in data["families"].items():
+        if "separated" not in family["summary"]:
+            continue
+        # a study in progress (--saved-only) counts each level's own rows
+        seeds = family.get("seeds", {}).get("separated", data["settings"]["seeds"])
         separated = family["summary"]["separated"]
         planted = family["planted"]
         for criterion in family["criteria"]:
