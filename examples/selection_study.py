@@ -539,7 +539,8 @@ def main(argv=None):
     start = time.perf_counter()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"settings": {"quick": args.quick, "seeds": seeds, **settings}, "families": {}}
+    results = {"settings": {"quick": args.quick, "seeds": seeds, "families": families,
+                            **settings}, "families": {}}
     lines = ["Model-selection study: each criterion against the reference log evidence "
              "(adaptive tempered SMC)"]
     for name in families:
@@ -587,8 +588,8 @@ def main(argv=None):
             "planted": planted, "criteria": list(criteria), "levels": {
                 lv: study.levels[lv] for lv in summary}, "seeds": counts,
             "candidates": [list(c) if isinstance(c, tuple) else c for c in study.candidates],
-            "summary": summary, "best": best, "runs": rows,
-            "figure": None if figure is None else str(figure)}
+            "summary": summary, "best": best, "report": block, "runs": rows,
+            "figure": None if figure is None else figure.name}
     shapes_seeds = (0 if args.quick else 5) if args.shapes_seeds is None else args.shapes_seeds
     if shapes_seeds > 0 and "mcvq" in families:
         shapes_rows = []
@@ -614,7 +615,7 @@ def main(argv=None):
         results["shapes"] = {"settings": {**SHAPES, "num_examples": args.shapes_examples,
                                           "num_particles": args.shapes_particles,
                                           "num_sweeps": args.shapes_sweeps},
-                             "verdict": verdict, "runs": shapes_rows}
+                             "verdict": verdict, "report": block, "runs": shapes_rows}
     results["seconds"] = time.perf_counter() - start
     results["report"] = lines
     path = out / "selection_study.json"

@@ -172,6 +172,28 @@ def test_reproduction_benchmark_and_reference_pages_render():
         assert zoo_docs.escape(ref.citation()) in page
 
 
+def test_selection_study_page_renders_the_recorded_study_and_its_progress():
+    recorded = json.loads((DOCS / "_data" / "selection_study" / "selection_study.json")
+                          .read_text())
+    page = zoo_docs.selection_study_page(recorded)
+    assert ".. _selection-study:" in page
+    for name, family in recorded["families"].items():
+        assert f"\n{name}\n" in page and family["report"][1].split("\n")[-1] in page
+    # a study in progress says how far it is; a complete one says so
+    data = {"settings": {"seeds": 2, "levels": ["separated", "few"],
+                         "families": ["mixture", "ppca"],
+                         "evidence": {"num_particles": 500, "num_repeats": 4}},
+            "families": {"mixture": {"seeds": {"separated": 2, "few": 1},
+                                     "report": ["\nmixture: planted 3\nheader", "bic 2/2"]}}}
+    page = zoo_docs.selection_study_page(data, figures_dir=None)
+    assert "3 of the 8 planned seed rows" in page and "   mixture: planted 3" in page
+    assert "     - 0 / 2" in page                       # ppca: nothing yet
+    data["settings"]["families"] = ["mixture"]
+    data["families"]["mixture"]["seeds"]["few"] = 2
+    page = zoo_docs.selection_study_page(data, figures_dir=None)
+    assert "The study is complete" in page and "in progress" not in page
+
+
 def test_escape_keeps_text_literal():
     assert zoo_docs.escape("a_b |x| *y* `z`") == r"a\_b \|x\| \*y\* \`z\`"
     assert zoo_docs.escape("- 3 and\nmore") == r"\- 3 and more"

@@ -13,6 +13,10 @@ when the builder starts, writes reStructuredText pages into git-ignored folders:
   ``_data/reproduction/findings.json``;
 * ``generated/benchmarks.rst``: the recorded benchmark run, from
   ``_data/benchmarks/all.json`` and the per-script JSON files beside it;
+* ``generated/selection_study.rst``: the recorded model-selection study, from
+  ``_data/selection_study/selection_study.json`` (written there by ``python
+  examples/selection_study.py --saved-only --output-dir docs/_data/selection_study``
+  from the seed rows saved beside it);
 * ``generated/references.rst``: :data:`ppl_models.references.REFERENCES` and their
   BibTeX.
 
@@ -343,6 +347,68 @@ def reproduction_page(summary_data: dict, figures_dir: Path | None = FIGURES) ->
     return "\n".join(lines) + "\n"
 
 
+# -- model-selection study ----------------------------------------------------------------------
+
+SELECTION_STUDY = DATA / "selection_study"
+
+
+def _literal(report) -> list[str]:
+    """A literal block of report lines (entries may hold several lines)."""
+    text = [line for entry in report for line in entry.split("\n") if line.strip()]
+    return ["::", ""] + [f"   {line}" for line in text] + [""]
+
+
+def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY) -> str:
+    """The recorded model-selection study as reStructuredText, from the
+    ``selection_study.json`` of ``examples/selection_study.py`` (a complete run or a
+    ``--saved-only`` report of a study in progress)."""
+    settings = data["settings"]
+    planned = settings["seeds"]
+    levels = settings.get("levels", ["separated", "overlapping", "few"])
+    evidence = settings.get("evidence", {})
+    families = data["families"]
+    planned_families = settings.get("families", list(families))
+    done = sum(n for f in families.values() for n in f.get("seeds", {}).values())
+    total = planned * len(levels) * len(planned_families)
+    complete = done == total
+    lines = [".. _selection-study:", "", underline("Model-selection study"), "",
+             "Every family's model-selection criteria graded against the reference log "
+             "evidence: each criterion's hit rate (it chooses the planted size), its "
+             "agreement with the evidence where the evidence is decisive (its best "
+             "candidate ahead of the runner-up by more than 2 standard errors), its mean "
+             "Spearman correlation with the evidence across the candidates, and its cost "
+             "in seconds per seed. The reference is the log marginal likelihood of each "
+             "candidate's Bayesian program by adaptive tempered SMC "
+             f"({evidence.get('num_particles', '?')} particles, "
+             f"{evidence.get('num_repeats', '?')} repeats for its standard error). "
+             "The script, its planted problems and priors: "
+             ":ref:`sphx_glr_auto_examples_selection_study.py`.", ""]
+    if complete:
+        lines += [f"The study is complete: {planned} seeds per level and family.", ""]
+    else:
+        lines += [f"**A study in progress**: {done} of the {total} planned seed rows "
+                  f"({planned} seeds x {len(levels)} levels x {len(planned_families)} families) "
+                  "are "
+                  "recorded; each table counts its own rows, and a family or level "
+                  "without rows is not shown. Hit rates and agreements on few seeds are "
+                  "not yet the study's answer.", ""]
+    lines += list_table(("family", *levels), [
+        (name, *(f"{families.get(name, {}).get('seeds', {}).get(lv, 0)} / {planned}"
+                 for lv in levels))
+        for name in planned_families], widths=(25, *(75 // len(levels),) * len(levels)))
+    for name, family in families.items():
+        lines += [underline(name, "-"), ""] + _literal(family.get("report", []))
+        figure = f"selection_study_{name}.png"
+        if figures_dir is not None and (Path(figures_dir) / figure).exists():
+            lines += [f".. figure:: /_data/selection_study/{figure}", f"   :alt: {name}",
+                      "   :width: 100%", ""]
+    shapes = data.get("shapes")
+    if shapes and shapes.get("report"):
+        lines += [underline("MCVQ on shapes: the evidence against the VB bound", "-"), ""]
+        lines += _literal(shapes["report"])
+    return "\n".join(lines) + "\n"
+
+
 # -- benchmarks ---------------------------------------------------------------------------------
 
 def _number(value, unit=None) -> str:
@@ -549,7 +615,8 @@ def _add_example_figure(app, docname, source) -> None:
 # -- Sphinx -----------------------------------------------------------------------------------
 
 def generate(app=None) -> None:
-    """Write every generated page (models, reproduction, benchmarks, references)."""
+    """Write every generated page (models, reproduction, benchmarks, selection study,
+    references)."""
     findings_path = DATA / "reproduction" / "findings.json"
     findings = json.loads(findings_path.read_text()) if findings_path.exists() else None
     write_model_cards(DOCS / "models" / "generated", findings)
@@ -559,6 +626,10 @@ def generate(app=None) -> None:
     bench = DATA / "benchmarks"
     if (bench / "all.json").exists():
         _write(generated / "benchmarks.rst", benchmarks_page(*load_benchmarks(bench)))
+    study = SELECTION_STUDY / "selection_study.json"
+    if study.exists():
+        _write(generated / "selection_study.rst",
+               selection_study_page(json.loads(study.read_text())))
     _write(generated / "references.rst", references_page())
 
 
