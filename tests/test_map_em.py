@@ -82,13 +82,7 @@ def test_recovers_the_planted_energy_and_so_does_fit_gvq_on_the_variant(planted,
     energy = map_states(as_gvq, planted.x, features=fitted.features, **kwargs).energy
     assert float(fitted.error) == pytest.approx(float(energy.mean()), rel=1e-5)
     assert int(fitted.trace.num_changed[-1]) == 0
-    # What fit_map_em does not offer is refused, naming the option.
-    with pytest.raises(ValueError, match="devices.*not least squares"):
-        fit_gvq(planted.x, NUM_UNITS, model=as_gvq, rng_key=jax.random.key(0),
-                model_kwargs=kwargs, devices=1)
-    with pytest.raises(ValueError, match="least-squares M-step.*offset"):
-        fit_gvq_stream(planted.x, NUM_UNITS, model=as_gvq, rng_key=jax.random.key(0),
-                       model_kwargs=kwargs, batch_size=50, num_restarts=1)
+    # What fit_map_em does not offer is refused: test_fit_gvq_refuses_what_fit_map_em_...
 
 
 @pytest.mark.slow  # ~8 s; the default run has fit_map_em's Examples and test_compile_once
@@ -116,8 +110,8 @@ def test_fit_gvq_is_the_gvq_case_of_fit_map_em(planted):
 
 
 def test_fit_gvq_refuses_what_fit_map_em_does_not_offer(planted):
-    """The refusals of test_recovers_the_planted_energy_and_so_does_fit_gvq_on_the_variant
-    (slow), without its fits."""
+    """The variant written for fit_gvq (offset given) is refused where fit_map_em has no
+    counterpart, naming the option."""
     kwargs = {"offset": OFFSET, "couplings": COUPLINGS}
     with pytest.raises(ValueError, match="devices.*not least squares"):
         fit_gvq(planted.x, NUM_UNITS, model=as_gvq, rng_key=jax.random.key(0),
