@@ -25,6 +25,15 @@
     log-densities; what is lost is the per-row split (no pointwise
     log-likelihoods, hence no LOO or WAIC from it).
 
+``BinaryStateMixture(features, scale, probs)``
+    x = s F + Normal(0, scale^2 I) with n independent binary units s_i ~
+    Bernoulli(probs_i) summed out: a mixture of the 2^n isotropic Gaussians at the
+    rows of S F (S: every binary state). Its log-density is what enumerating the
+    states of the GVQ program gives (:mod:`ppl_models.gvq`, ``sum_states=True``), from
+    one matrix product of the data with the 2^n means instead of NumPyro's enumerated
+    tensors: about 8 times cheaper per gradient over 500 parameter particles at
+    n = 5, N = 200, d = 6.
+
 sign(0) is taken as +1 throughout (a probability-zero event for x).
 """
 
@@ -32,12 +41,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import log_ndtr, ndtr
 from numpyro.distributions import constraints
 from numpyro.distributions.util import promote_shapes
 
-__all__ = ["ClippedNormal", "GaussianRows", "NoiselessClip", "sign_of", "spin"]
+__all__ = ["BinaryStateMixture", "ClippedNormal", "GaussianRows", "NoiselessClip",
+           "binary_states", "sign_of", "spin", "state_log_prior"]
+
+#: Most binary units :class:`BinaryStateMixture` enumerates (2^20 states).
+MAX_STATE_UNITS = 20
 
 
 class _Spin(constraints.Constraint):
@@ -200,3 +214,96 @@ class GaussianRows(dist.Distribution):
     @property
     def variance(self):
         return jnp.broadcast_to(jnp.diagonal(self.covariance), self.event_shape)
+
+
+def binary_states(num_units: int) -> np.ndarray:
+    """Every binary state, (2^n, n) of 0 / 1 (state k has the bits of k, unit 0 lowest)."""
+    codes = np.arange(2 ** num_units)[:, None]
+    return ((codes >> np.arange(num_units)) & 1).astype(float)
+
+
+def state_log_prior(states, probs):
+    """log p(s) = sum_i log p_i^s_i (1 - p_i)^(1 - s_i) of every row of ``states``
+    (..., n), with independent units s_i ~ Bernoulli(probs_i); exact at p_i = 0 or 1
+    (-inf for a state the prior excludes, never NaN)."""
+    states = jnp.asarray(states)
+    p = jnp.broadcast_to(jnp.asarray(probs, states.dtype), states.shape[-1:])
+    on = jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+    off = jnp.where(p < 1, jnp.log1p(-jnp.where(p < 1, p, 0.0)), -jnp.inf)
+    return jnp.sum(jnp.where(states > 0, on, off), axis=-1)
+
+
+class BinaryStateMixture(dist.Distribution):
+    """x = s F + Normal(0, scale^2 I), s_i ~ Bernoulli(probs_i) independent, s summed out.
+
+    With S the (2^n, n) matrix of every binary state, w_S = prod_i p_i^s_i (1 -
+    p_i)^(1 - s_i) and means M = S F (2^n, d),
+
+        log p(x) = logsumexp_S [log w_S - ||x - M_S||^2 / (2 scale^2)]
+                   - d/2 log(2 pi scale^2),
+
+    where ||x - M_S||^2 = ||x||^2 - 2 x . M_S + ||M_S||^2 comes from one matrix
+    product. Event shape (d,); rows of data under a plate give one value per row.
+
+    >>> import jax, jax.numpy as jnp
+    >>> import numpyro.distributions as dist
+    >>> features, x = jnp.array([[1.0, 0.0], [0.5, 2.0]]), jnp.array([[1.4, 2.1], [0.1, -0.2]])
+    >>> states = jnp.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    >>> per_state = dist.Normal(states @ features, 0.3).to_event(1).log_prob(x[:, None, :])
+    >>> by_hand = jax.scipy.special.logsumexp(per_state + jnp.log(0.25), axis=-1)
+    >>> bool(jnp.allclose(BinaryStateMixture(features, 0.3, 0.5).log_prob(x), by_hand))
+    True
+    """
+
+    arg_constraints = {"features": constraints.real_matrix, "scale": constraints.positive,
+                       "probs": constraints.unit_interval}
+    support = constraints.real_vector
+    pytree_data_fields = ("features", "scale", "probs")
+
+    def __init__(self, features, scale, probs=0.5, *, validate_args=None):
+        features = jnp.asarray(features)
+        if jnp.ndim(features) != 2:
+            raise ValueError(f"BinaryStateMixture: features must have shape (n, d); got "
+                             f"{jnp.shape(features)}")
+        num_units, dim = features.shape
+        if num_units > MAX_STATE_UNITS:
+            raise ValueError(f"BinaryStateMixture: {num_units} units give 2^{num_units} "
+                             f"states; at most {MAX_STATE_UNITS} units")
+        if jnp.ndim(scale) != 0:
+            raise ValueError(f"BinaryStateMixture: scale must be a scalar; got shape "
+                             f"{jnp.shape(scale)}")
+        probs = jnp.asarray(probs, features.dtype)
+        if jnp.ndim(probs) > 1 or (jnp.ndim(probs) == 1 and probs.shape[0] != num_units):
+            raise ValueError(f"BinaryStateMixture: probs must be a scalar or have shape "
+                             f"({num_units},); got {jnp.shape(probs)}")
+        self.features, self.scale = features, jnp.asarray(scale, features.dtype)
+        self.probs = jnp.broadcast_to(probs, (num_units,))
+        super().__init__(batch_shape=(), event_shape=(dim,), validate_args=validate_args)
+
+
+    def sample(self, key, sample_shape=()):
+        key_s, key_x = jax.random.split(key)
+        shape = tuple(sample_shape) + self.batch_shape
+        s = jax.random.bernoulli(key_s, self.probs, shape + self.probs.shape)
+        loc = s.astype(self.features.dtype) @ self.features
+        return loc + self.scale * jax.random.normal(key_x, loc.shape, loc.dtype)
+
+    def log_prob(self, value):
+        states = jnp.asarray(binary_states(self.features.shape[0]), self.features.dtype)
+        log_weights = state_log_prior(states, self.probs)
+        means = states @ self.features                                   # (2^n, d)
+        squared = (jnp.sum(value ** 2, axis=-1)[..., None] - 2.0 * value @ means.T
+                   + jnp.sum(means ** 2, axis=-1))
+        squared = jnp.maximum(squared, 0.0)   # rounding of the expansion near a mean
+        dim = self.event_shape[0]
+        variance = self.scale ** 2
+        return (jax.scipy.special.logsumexp(log_weights - 0.5 * squared / variance, axis=-1)
+                - 0.5 * dim * jnp.log(2.0 * jnp.pi * variance))
+
+    @property
+    def mean(self):
+        return self.probs @ self.features
+
+    @property
+    def variance(self):
+        return (self.probs * (1.0 - self.probs)) @ self.features ** 2 + self.scale ** 2

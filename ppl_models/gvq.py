@@ -33,6 +33,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 
+from ppl_models.distributions import BinaryStateMixture
 from ppl_models.references import REFERENCES
 from ppl_models.registry import ModelInfo, register
 from ppl_models.validation import (
@@ -67,6 +68,7 @@ def model(
     beta=None,
     split_states: bool = False,
     enumerate_states: bool = True,
+    sum_states: bool = False,
 ):
     """The GVQ program with finite observation noise.
 
@@ -119,6 +121,13 @@ def model(
         In split mode, mark the unit sites for parallel enumeration (default).
         ``False`` leaves them as ordinary discrete sites, for samplers such as
         NumPyro's ``DiscreteGibbs``.
+    sum_states : bool
+        Observe x through the states summed out, p(x | F) = sum_s p(s) N(x | s F,
+        sigma^2 I) (:class:`ppl_models.distributions.BinaryStateMixture`), with no
+        state site at all: the density that enumerating the states gives, several
+        times cheaper to evaluate and differentiate (the reference evidence of model
+        selection uses it). Not with ``split_states``, ``num_sets``, ``sparsity`` or
+        ``binary``; the program then returns None.
 
     Returns
     -------
@@ -146,6 +155,13 @@ def model(
         per_set = features_per_set(num_features, num_sets)
         if split_states:
             raise ValueError("split_states is not available with num_sets")
+    if sum_states:
+        unsupported = [name for name, value in (("split_states", split_states),
+                                                ("num_sets", num_sets is not None),
+                                                ("sparsity", sparsity is not None),
+                                                ("binary", binary)) if value]
+        if unsupported:
+            raise ValueError(f"sum_states=True is not available with {', '.join(unsupported)}")
     if binary and beta is None:
         raise ValueError("binary=True needs beta (the steepness of the squashing; paper: 4.5)")
     if features is None:
@@ -162,6 +178,10 @@ def model(
 
     num_units = num_features if num_sets is None else per_set - 1
     probs = jnp.broadcast_to(jnp.asarray(prior_probs), (num_units,))
+    if sum_states:
+        with numpyro.plate("data", num_examples):
+            numpyro.sample("x", BinaryStateMixture(F, sigma, probs), obs=x)
+        return None
     with numpyro.plate("data", num_examples):
         if split_states:
             units = [

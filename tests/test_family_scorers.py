@@ -26,6 +26,7 @@ from inference.clipped import scorer as cs
 from inference.clipped.fit import fit_clipped_gaussian, program_parameters
 from inference.gvq import scorer as gs
 from ppl_models import clipped_gaussian, gvq
+from ppl_models.distributions import BinaryStateMixture, binary_states
 
 # ------------------------------------------------------------------------------ GVQ
 
@@ -49,7 +50,7 @@ def test_gvq_log_likelihood_is_the_programs_with_states_summed(gvq_small, probs)
                                 {**kwargs, "split_states": True}, {})
     assert float(total) == pytest.approx(float(ours.sum()), abs=1e-3)
     # every example alone: the 2^3 states of the program's "s" site, summed by hand
-    states = gs.binary_states(3)
+    states = binary_states(3)
     for c in range(3):
         terms = [float(log_density(gvq.model, (x[c:c + 1],), kwargs,
                                    {"s": jnp.asarray(s[None], x.dtype)})[0]) for s in states]
@@ -63,6 +64,45 @@ def test_gvq_ml_noise_maximises_the_marginal_likelihood():
     for factor in (0.97, 1.03):
         assert best >= float(jnp.sum(gs.log_likelihood(data.x, data.features, sigma * factor)))
     assert sigma == pytest.approx(0.4, rel=0.15)
+
+
+def test_gvq_sum_states_is_the_enumerated_program(gvq_small):
+    """The program with the states summed in one distribution (the evidence's form) has
+    the log density of the program whose unit sites NumPyro enumerates, F and prior
+    probabilities the same; options it does not cover are refused by name."""
+    x, features, sigma = gvq_small
+    kwargs = {"features": features, "sigma": sigma, "prior_probs": jnp.asarray((0.2, 0.5, 0.9))}
+    enumerated, _ = enum_log_density(enum(gvq.model, first_available_dim=-2), (x,),
+                                     {**kwargs, "split_states": True}, {})
+    summed, trace = log_density(gvq.model, (x,), {**kwargs, "sum_states": True}, {})
+    assert float(summed) == pytest.approx(float(enumerated), rel=1e-5)
+    assert set(trace) == {"data", "x"}                      # no state site left
+    assert handlers.seed(gvq.model, 0)(x, **kwargs, sum_states=True) is None
+    for bad, name in (({"split_states": True}, "split_states"), ({"num_sets": 3}, "num_sets"),
+                      ({"sparsity": 0.1}, "sparsity"), ({"binary": True, "beta": 4.5}, "binary")):
+        with pytest.raises(ValueError, match=f"sum_states.*{name}"):
+            handlers.seed(gvq.model, 0)(x, **kwargs, sum_states=True, **bad)
+
+
+def test_binary_state_mixture_samples_its_moments_and_refuses_bad_shapes():
+    features = jnp.array([[1.0, -2.0], [0.5, 3.0], [2.0, 0.0]])
+    probs = jnp.array([0.1, 0.5, 0.8])
+    law = BinaryStateMixture(features, 0.4, probs)
+    draws = np.asarray(law.sample(jax.random.key(0), (40_000,)))
+    se = np.sqrt(np.asarray(law.variance) / len(draws))
+    assert np.all(np.abs(draws.mean(axis=0) - np.asarray(law.mean)) < 4 * se)
+    assert np.allclose(draws.var(axis=0), np.asarray(law.variance), rtol=0.05)
+    # a unit that is never on removes its half of the states exactly (no NaN)
+    x = jnp.array([[0.9, -1.9]])
+    never = BinaryStateMixture(features, 0.4, jnp.array([0.1, 0.0, 0.8])).log_prob(x)
+    two = BinaryStateMixture(features[jnp.array([0, 2])], 0.4, jnp.array([0.1, 0.8]))
+    assert float(never[0]) == pytest.approx(float(two.log_prob(x)[0]), rel=1e-6)
+    with pytest.raises(ValueError, match="features must have shape"):
+        BinaryStateMixture(jnp.ones(3), 0.4)
+    with pytest.raises(ValueError, match="probs must be"):
+        BinaryStateMixture(features, 0.4, jnp.ones(2) * 0.5)
+    with pytest.raises(ValueError, match="at most 20 units"):
+        BinaryStateMixture(jnp.ones((21, 2)), 0.4)
 
 
 def test_gvq_evidence_program_is_the_scored_model_with_a_prior_on_f(gvq_small):

@@ -63,6 +63,7 @@ from inference.gvq.baselines_mcmc import MAX_MCMC_FEATURES, fit_gvq_mcmc
 from inference.gvq.em import fit_gvq
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning
+from ppl_models.distributions import binary_states, state_log_prior
 from ppl_models.validation import check_data, check_positive, check_positive_int
 
 __all__ = ["GVQScorer", "check_candidates", "log_likelihood", "ml_noise", "num_parameters",
@@ -100,20 +101,6 @@ def num_parameters(num_features: int, dim: int, noise_fitted: bool = True) -> in
     return num_features * dim + int(noise_fitted)
 
 
-def binary_states(num_features: int) -> np.ndarray:
-    """Every binary state, (2^n, n) of 0 / 1 (state k has the bits of k, unit 0 lowest)."""
-    codes = np.arange(2 ** num_features)[:, None]
-    return ((codes >> np.arange(num_features)) & 1).astype(float)
-
-
-def _log_prior(states, prior_probs):
-    """log p(s) of every state, (2^n,)."""
-    p = jnp.broadcast_to(jnp.asarray(prior_probs, states.dtype), states.shape[-1:])
-    on = jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
-    off = jnp.where(p < 1, jnp.log1p(-jnp.where(p < 1, p, 0.0)), -jnp.inf)
-    return jnp.sum(jnp.where(states > 0, on, off), axis=-1)
-
-
 @functools.partial(jax.jit, static_argnames="rows")
 def _blocks(x, codebook, log_prior, rows):
     """(log sum_s p(s) exp(-|x_c - s F|^2 / 2), min_s |x_c - s F|^2) of every row, (N,) each
@@ -134,7 +121,8 @@ def _prepare(x, features, prior_probs):
     rows = max(1, min(x.shape[0], BLOCK_SIZE // (states.shape[0] * x.shape[1])))
     pad = -x.shape[0] % rows
     padded = jnp.concatenate([x, jnp.zeros((pad, x.shape[1]), x.dtype)]) if pad else x
-    return padded, states @ jnp.asarray(features, x.dtype), _log_prior(states, prior_probs), rows
+    return (padded, states @ jnp.asarray(features, x.dtype), state_log_prior(states, prior_probs),
+            rows)
 
 
 def _evaluate(prepared, sigma, num):
@@ -310,7 +298,7 @@ class GVQScorer(Scorer):
             raise ValueError("evidence_program needs the common sigma: call evidence(), or "
                              "give the scorer noise=")
         # sigma as an array is traced: a new data set's sigma reuses the compiled SMC
-        kwargs = {"num_features": n, "split_states": True,
+        kwargs = {"num_features": n, "sum_states": True,
                   "sigma": jnp.asarray(self.evidence_noise, jnp.asarray(self.x).dtype),
                   **self._program_kwargs()}
         return gvq.model, (self.x,), kwargs
