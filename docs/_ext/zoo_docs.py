@@ -388,8 +388,7 @@ def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY)
     else:
         lines += [f"**A study in progress**: {done} of the {total} planned seed rows "
                   f"({planned} seeds x {len(levels)} levels x {len(planned_families)} families) "
-                  "are "
-                  "recorded; each table counts its own rows, and a family or level "
+                  "are recorded; each table counts its own rows, and a family or level "
                   "without rows is not shown. Hit rates and agreements on few seeds are "
                   "not yet the study's answer.", ""]
     lines += list_table(("family", *levels), [
