@@ -508,6 +508,10 @@ def main(argv=None):
                              "runs/ there and reused by a later run with the same settings")
     parser.add_argument("--fresh", action="store_true",
                         help="recompute every seed, ignoring rows saved by earlier runs")
+    parser.add_argument("--only-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                        help="compute only these seeds (0-based, below --seeds); the others "
+                             "are reported if saved: splits a study over processes or "
+                             "machines that share --output-dir")
     parser.add_argument("--saved-only", action="store_true",
                         help="compute nothing: report the rows saved under --output-dir "
                              "(a study in progress; each level's table counts its own rows)")
@@ -522,6 +526,8 @@ def main(argv=None):
         parser.error(f"--families: unknown {unknown}; choose from {list(STUDIES)}")
     if seeds < 1:
         parser.error("--seeds must be at least 1")
+    if args.only_seeds is not None and not all(0 <= s < seeds for s in args.only_seeds):
+        parser.error(f"--only-seeds must lie in 0..{seeds - 1} (--seeds {seeds})")
     if args.shapes_seeds is not None and args.shapes_seeds < 0:
         parser.error("--shapes-seeds must be at least 0")
     if args.shapes_examples < 2:
@@ -554,8 +560,10 @@ def main(argv=None):
         for level in levels:
             rows[level] = []
             for seed in range(seeds):
+                skip = args.only_seeds is not None and seed not in args.only_seeds
                 row, reused = seed_row(out, name, study, level, seed, criteria, settings,
-                                       fresh=args.fresh, saved_only=args.saved_only)
+                                       fresh=args.fresh and not skip,
+                                       saved_only=args.saved_only or skip)
                 if row is None:  # --saved-only, not computed yet
                     continue
                 rows[level].append(row)

@@ -137,6 +137,14 @@ def test_saved_only_reports_the_saved_rows_and_computes_nothing(example, tmp_pat
     assert empty["families"] == {} and len(calls) == 2
     with pytest.raises(SystemExit):
         example.main(common + ["--saved-only", "--fresh"])
+    # a study split over processes: each computes its own seeds, reports all saved ones
+    data = example.main(common + ["--seeds", "5", "--levels", "separated", "--only-seeds",
+                                  "3", "4", "--fresh"])
+    assert sorted(c[2] for c in calls[2:]) == [3, 4]  # seeds 0-1 saved, not recomputed
+    assert data["families"]["clipped"]["seeds"] == {"separated": 4}
+    for bad in (["--only-seeds", "5"], ["--only-seeds", "-1"]):
+        with pytest.raises(SystemExit):
+            example.main(common + ["--seeds", "5", *bad])
 
 
 def test_seeds_text_names_each_level_when_counts_differ(example):
