@@ -74,6 +74,7 @@ import argparse
 import functools
 import hashlib
 import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -323,6 +324,18 @@ def recipe_path(out, parts, recipe, seed):
     return out.joinpath("runs", *parts, digest, f"seed{seed:03d}.json")
 
 
+def computed_on():
+    """Where a row is computed: the versions that set its numbers and the cores that set its
+    seconds (saved beside the row; a study may gather rows from several machines)."""
+    import blackjax
+    import numpyro
+
+    return {"jax": jax.__version__, "numpyro": numpyro.__version__,
+            "blackjax": blackjax.__version__, "backend": jax.default_backend(),
+            "cpu_count": os.cpu_count(),
+            "single_thread": "intra_op_parallelism_threads=1" in os.environ.get("XLA_FLAGS", "")}
+
+
 def cached_row(path, recipe, compute, fresh=False):
     """(row, reused): the row saved at ``path`` by a run with the same ``recipe`` (unless
     ``fresh``), else ``compute()``, saved at once (never half-written); (None, False)
@@ -336,7 +349,8 @@ def cached_row(path, recipe, compute, fresh=False):
     row = jsonable(compute())
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part")
-    partial.write_text(json.dumps({"recipe": recipe, "row": row}))
+    partial.write_text(json.dumps({"recipe": recipe, "row": row,
+                                   "computed_on": computed_on()}))
     partial.replace(path)
     return row, False
 
