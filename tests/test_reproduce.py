@@ -180,7 +180,8 @@ def test_every_extractor_rejects_an_empty_json_by_raising():
             experiment.extract({})
 
 
-@pytest.mark.slow  # the whole default run: about 10 minutes on 2 CPU cores
+@pytest.mark.slow
+@pytest.mark.whole_run  # about 17 minutes on 2 CPU cores: left out of CI, run before a release
 def test_whole_default_run(tmp_path):
     summary = reproduce.reproduce(tmp_path, progress=False)
     assert [r["name"] for r in summary["experiments"]] == list(EXPERIMENTS)
