@@ -312,9 +312,10 @@ def reproduction_page(summary_data: dict, figures_dir: Path | None = FIGURES) ->
              + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "), "
              f"{summary_data['total_seconds'] / 60:.1f} minutes of wall time.", ""]
     for item in summary_data.get("amended", []):
-        lines += [f"``{item['experiment']}`` was rerun on its own (``ppl-zoo reproduce --full "
-                  f"--only {item['experiment']}``), started {escape(item['created'])} at commit "
-                  f"``{item['commit']}``: {escape(item['why'])}.", ""]
+        command = item.get("command", f"ppl-zoo reproduce --full --only {item['experiment']}")
+        lines += [f"``{item['experiment']}`` was rerun on its own (``{command}``), started "
+                  f"{escape(item['created'])} at commit ``{item['commit']}``: "
+                  f"{escape(item['why'])}.", ""]
     lines += [
              "Verdicts: *holds* (within the tolerance the finding states), *partly*, "
              "*differs* (by how much is in the row), *not checked* (the run was too small "
