@@ -83,6 +83,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from inference.app.reproduce import versions
 from inference.app.selection import model_selection, selectable_families
 from inference.engine.reporting import jsonable
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture, ppca
@@ -327,12 +328,7 @@ def recipe_path(out, parts, recipe, seed):
 def computed_on():
     """Where a row is computed: the versions that set its numbers and the cores that set its
     seconds (saved beside the row; a study may gather rows from several machines)."""
-    import blackjax
-    import numpyro
-
-    return {"jax": jax.__version__, "numpyro": numpyro.__version__,
-            "blackjax": blackjax.__version__, "backend": jax.default_backend(),
-            "cpu_count": os.cpu_count(),
+    return {**versions(), "backend": jax.default_backend(),
             "single_thread": "intra_op_parallelism_threads=1" in os.environ.get("XLA_FLAGS", "")}
 
 
