@@ -413,22 +413,74 @@ def summarise(rows, planted, criteria):
     return out
 
 
-def best_agreement(summary, criteria):
+def overall(summary, criteria, seeds):
+    """Per criterion over every level: hits, agreement with the decisive evidence, mean
+    Spearman rho (of the levels' means) and mean seconds per seed (weighted by each
+    level's number of rows, ``seeds``: level -> rows)."""
+    out = {}
+    rows = sum(seeds[lv] for lv in summary)
+    for c in criteria:
+        rhos = [summary[lv][c]["rho"] for lv in summary if summary[lv][c]["rho"] is not None]
+        seconds = [(summary[lv][c]["seconds"], seeds[lv]) for lv in summary
+                   if np.isfinite(summary[lv][c]["seconds"])]
+        out[c] = {"hits": sum(summary[lv][c]["hits"] for lv in summary), "rows": rows,
+                  "agree": sum(summary[lv][c]["agree"] for lv in summary),
+                  "with_evidence": sum(summary[lv][c]["with_evidence"] for lv in summary),
+                  "rho": float(np.mean(rhos)) if rhos else None,
+                  "seconds": (float(sum(s * n for s, n in seconds) / sum(n for _, n in seconds))
+                              if seconds else None)}
+    return out
+
+
+def best_agreement(summary, criteria, seeds=None):
     """The criterion (not the evidence itself) agreeing most often with the evidence over
-    every level, ties broken by mean rank correlation; (name, agree, total, rho)."""
+    every level, ties broken by mean rank correlation: its name, agreement, rho and mean
+    seconds per seed, beside the evidence's (``seeds``: level -> rows, default 1 each)."""
+    totals = overall(summary, criteria, seeds or dict.fromkeys(summary, 1))
     best = None
     for c in criteria:
         if c == "evidence":
             continue
-        agree = sum(summary[lv][c]["agree"] for lv in summary)
-        total = sum(summary[lv][c]["with_evidence"] for lv in summary)
-        rhos = [summary[lv][c]["rho"] for lv in summary if summary[lv][c]["rho"] is not None]
-        rho = float(np.mean(rhos)) if rhos else -2.0
-        key = (agree / total if total else -1.0, rho)
+        t = totals[c]
+        key = (t["agree"] / t["with_evidence"] if t["with_evidence"] else -1.0,
+               -2.0 if t["rho"] is None else t["rho"])
         if best is None or key > best[0]:
-            best = (key, c, agree, total, rho if rhos else None)
-    return None if best is None else {"criterion": best[1], "agree": best[2], "total": best[3],
-                                      "rho": best[4]}
+            best = (key, c)
+    if best is None:
+        return None
+    t = totals[best[1]]
+    return {"criterion": best[1], "agree": t["agree"], "total": t["with_evidence"],
+            "rho": t["rho"], "seconds": t["seconds"],
+            "evidence_seconds": totals["evidence"]["seconds"] if "evidence" in totals else None}
+
+
+def overall_table(summary, criteria, seeds):
+    """Report lines: every criterion over all levels, best agreement with the evidence
+    first (by agreement, then rho), or by hits when the family has no evidence."""
+    totals = overall(summary, criteria, seeds)
+    with_evidence = "evidence" in criteria
+
+    def order(c):
+        t = totals[c]
+        if with_evidence:
+            return (c != "evidence", -(t["agree"] / t["with_evidence"] if t["with_evidence"]
+                                       else -1.0), -(t["rho"] if t["rho"] is not None else -2.0))
+        return (-t["hits"], t["seconds"] if t["seconds"] is not None else np.inf)
+
+    lines = ["all levels: hits / agreement with the decisive evidence / mean rho / mean "
+             "seconds per seed" if with_evidence else
+             "all levels: hits / mean seconds per seed (no reference evidence)"]
+    for c in sorted(criteria, key=order):
+        t = totals[c]
+        seconds = "-" if t["seconds"] is None else f"{t['seconds']:.3g}s"
+        if with_evidence:
+            agree = "ref" if c == "evidence" else f"{t['agree']}/{t['with_evidence']}"
+            rho = "-" if t["rho"] is None else f"{t['rho']:+.2f}"
+            lines.append(f"  {c:<10s}{t['hits']:>5d}/{t['rows']:<4d}{agree:>8s}{rho:>7s}"
+                         f"{seconds:>10s}")
+        else:
+            lines.append(f"  {c:<10s}{t['hits']:>5d}/{t['rows']:<4d}{seconds:>10s}")
+    return lines
 
 
 def seeds_text(seeds):
@@ -442,18 +494,24 @@ def seeds_text(seeds):
 
 def table(name, planted, summary, criteria, seeds):
     """The report lines of one family; ``seeds``: level -> number of rows."""
+    with_evidence = "evidence" in criteria
     lines = [f"\n{name}: planted {planted}, {seeds_text(seeds)}; per level: hits / "
-             "agreement with the evidence where it is decisive / Spearman rho with the "
-             "evidence / seconds per seed"]
-    header = f"{'criterion':<10s}" + "".join(f"{lv:>32s}" for lv in summary)
+             + ("agreement with the evidence where it is decisive / Spearman rho with the "
+                "evidence / seconds per seed" if with_evidence else
+                "seconds per seed (no reference evidence)")]
+    width = 32 if with_evidence else 17
+    header = f"{'criterion':<10s}" + "".join(f"{lv:>{width}s}" for lv in summary)
     lines.append(header)
     for c in criteria:
         row = f"{c:<10s}"
         for lv in summary:
             s = summary[lv][c]
-            rho = "-" if s["rho"] is None else f"{s['rho']:+.2f}"
-            agree = f"{s['agree']}/{s['with_evidence']}" if c != "evidence" else "ref"
-            row += f"{s['hits']:>8d}/{seeds[lv]:<3d}{agree:>8s}{rho:>7s}{s['seconds']:>8.1f}s"
+            row += f"{s['hits']:>8d}/{seeds[lv]:<3d}"
+            if with_evidence:
+                rho = "-" if s["rho"] is None else f"{s['rho']:+.2f}"
+                agree = f"{s['agree']}/{s['with_evidence']}" if c != "evidence" else "ref"
+                row += f"{agree:>8s}{rho:>7s}"
+            row += f"{s['seconds']:>5.1f}s" if not with_evidence else f"{s['seconds']:>8.1f}s"
         lines.append(row)
     if "evidence" in criteria:
         ses = [summary[lv]["evidence"].get("mean_se") for lv in summary]
@@ -466,24 +524,33 @@ def table(name, planted, summary, criteria, seeds):
 
 
 def plot(path, name, planted, summary, criteria, seeds):
+    """Per criterion and level: the fraction of seeds choosing the planted size, and
+    (with the evidence) the fraction of decisive seeds choosing what the evidence chose."""
     from inference.engine.figures import new_figure, save_figure
 
-    fig, axes = new_figure(1, 2, figsize=(10, 3.6))
+    with_evidence = "evidence" in criteria
+    fig, axes = new_figure(1, 2 if with_evidence else 1,
+                           figsize=(10, 3.6) if with_evidence else (5.5, 3.6))
+    axes = np.atleast_1d(axes)
     width = 0.8 / len(summary)
     xs = np.arange(len(criteria))
     for i, lv in enumerate(summary):
         hits = [summary[lv][c]["hits"] / seeds[lv] for c in criteria]
-        agree = [summary[lv][c]["agree"] / max(summary[lv][c]["with_evidence"], 1)
-                 if c != "evidence" else np.nan for c in criteria]
         axes[0].bar(xs + i * width, hits, width, label=lv)
-        axes[1].bar(xs + i * width, agree, width, label=lv)
-    for ax, title in zip(axes, ("chooses the planted size", "chooses what the evidence "
-                                "chooses"), strict=True):
+        if with_evidence:
+            agree = [summary[lv][c]["agree"] / max(summary[lv][c]["with_evidence"], 1)
+                     if c != "evidence" else np.nan for c in criteria]
+            axes[1].bar(xs + i * width, agree, width, label=lv)
+    titles = ("chooses the planted size", "chooses what the evidence chooses")
+    for ax, title in zip(axes, titles[:len(axes)], strict=True):
         ax.set_xticks(xs + width * (len(summary) - 1) / 2, criteria, rotation=30)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("fraction of seeds")
+        ax.set_ylim(0, 1.3)  # room for the legend above the bars
+        ax.set_yticks(np.linspace(0, 1, 6))
         ax.set_title(title)
-    axes[0].legend(fontsize=8)
+    axes[0].set_ylabel("fraction of seeds")
+    if with_evidence:
+        axes[1].set_ylabel("fraction of decisive seeds")
+    axes[0].legend(fontsize=8, ncol=len(summary), loc="upper center")
     fig.suptitle(f"{name}: planted {planted}, {seeds_text(seeds)}")
     save_figure(fig, path)
 
@@ -589,12 +656,16 @@ def main(argv=None):
             continue
         counts = {lv: len(r) for lv, r in rows.items()}
         planted = list(study.planted) if isinstance(study.planted, tuple) else study.planted
-        best = best_agreement(summary, criteria)
+        best = best_agreement(summary, criteria, counts)
         block = table(name, study.planted, summary, criteria, counts)
+        block += overall_table(summary, criteria, counts)
         if best is not None and "evidence" in criteria:
             rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
+            cost = ("" if best["seconds"] is None or best["evidence_seconds"] is None else
+                    f", {best['seconds']:.3g} s per seed against the evidence's "
+                    f"{best['evidence_seconds']:.3g} s")
             block.append(f"best agreement with the evidence: {best['criterion']} "
-                         f"({best['agree']}/{best['total']} choices, mean rho {rho})")
+                         f"({best['agree']}/{best['total']} choices, mean rho {rho}{cost})")
         print("\n".join(block), flush=True)
         lines += block
         figure = out / f"selection_study_{name}.png"
@@ -606,7 +677,8 @@ def main(argv=None):
             "planted": planted, "criteria": list(criteria), "levels": {
                 lv: study.levels[lv] for lv in summary}, "seeds": counts,
             "candidates": [list(c) if isinstance(c, tuple) else c for c in study.candidates],
-            "summary": summary, "best": best, "report": block, "runs": rows,
+            "summary": summary, "overall": overall(summary, criteria, counts), "best": best,
+            "report": block, "runs": rows,
             "figure": None if figure is None else figure.name}
     shapes_seeds = (0 if args.quick else 5) if args.shapes_seeds is None else args.shapes_seeds
     if shapes_seeds > 0 and "mcvq" in families:

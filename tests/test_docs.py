@@ -187,6 +187,15 @@ def test_selection_study_page_renders_the_recorded_study_and_its_progress():
                                      "report": ["\nmixture: planted 3\nheader", "bic 2/2"]}}}
     page = zoo_docs.selection_study_page(data, figures_dir=None)
     assert "3 of the 8 planned seed rows" in page and "   mixture: planted 3" in page
+    assert "agrees best with the evidence" not in page          # no evidence, no answer
+    data["families"]["mixture"].update(
+        criteria=["bic", "evidence"],
+        best={"criterion": "bic", "agree": 7, "total": 9, "rho": 0.5, "seconds": 0.25,
+              "evidence_seconds": 120.0})
+    page = zoo_docs.selection_study_page(data, figures_dir=None)
+    assert "agrees best with the evidence" in page
+    for cell in ("bic", "7 / 9", "+0.50", "0.25", "120"):
+        assert f"     - {cell}\n" in page
     assert "     - 0 / 2" in page                       # ppca: nothing yet
     data["settings"]["families"] = ["mixture"]
     data["families"]["mixture"]["seeds"]["few"] = 2

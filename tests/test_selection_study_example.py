@@ -60,6 +60,38 @@ def test_summary_counts_agreement_only_where_the_evidence_is_decisive(example):
     assert summary["cv"]["rho"] == pytest.approx(0.5)
     best = example.best_agreement({"separated": summary}, ("bic", "cv", "evidence"))
     assert best["criterion"] == "bic" and (best["agree"], best["total"]) == (1, 2)
+    assert best["seconds"] == 1.0 and best["evidence_seconds"] == 1.0
+
+
+def test_overall_adds_levels_and_weights_seconds_by_rows(example):
+    """Over all levels: counts add up, rho is the mean of the levels' means, seconds are
+    weighted by each level's rows; the best criterion carries its cost and the evidence's."""
+    def level(bic, cv, evidence_seconds, bic_seconds):
+        return {"bic": {"hits": bic[0], "agree": bic[1], "with_evidence": bic[2],
+                        "rho": bic[3], "seconds": bic_seconds},
+                "cv": {"hits": cv[0], "agree": cv[1], "with_evidence": cv[2], "rho": cv[3],
+                       "seconds": 2.0},
+                "evidence": {"hits": 3, "agree": 0, "with_evidence": 0, "rho": None,
+                             "seconds": evidence_seconds}}
+
+    summary = {"separated": level((3, 2, 2, 1.0), (2, 2, 2, 0.5), 100.0, 1.0),
+               "few": level((1, 0, 1, 0.0), (1, 1, 1, None), 10.0, 4.0)}
+    seeds = {"separated": 3, "few": 1}
+    totals = example.overall(summary, ("bic", "cv", "evidence"), seeds)
+    assert totals["bic"]["hits"] == 4 and totals["bic"]["rows"] == 4
+    assert (totals["bic"]["agree"], totals["bic"]["with_evidence"]) == (2, 3)
+    assert totals["bic"]["rho"] == pytest.approx(0.5)
+    assert totals["cv"]["rho"] == pytest.approx(0.5)               # the level without rho drops
+    assert totals["bic"]["seconds"] == pytest.approx((3 * 1.0 + 4.0) / 4)
+    best = example.best_agreement(summary, ("bic", "cv", "evidence"), seeds)
+    assert best["criterion"] == "cv" and (best["agree"], best["total"]) == (3, 3)
+    assert best["seconds"] == pytest.approx(2.0)
+    assert best["evidence_seconds"] == pytest.approx((3 * 100.0 + 10.0) / 4)
+    lines = example.overall_table(summary, ("bic", "cv", "evidence"), seeds)
+    assert [line.split()[0] for line in lines[1:]] == ["evidence", "cv", "bic"]
+    # without the evidence the order is by hits
+    lines = example.overall_table(summary, ("cv", "bic"), seeds)
+    assert [line.split()[0] for line in lines[1:]] == ["bic", "cv"]
 
 
 def test_pair_candidates_count_as_hits(example):
@@ -77,6 +109,10 @@ def test_findings_from_a_recorded_shape():
     assert verdicts["mixture: bic chooses the planted size 3 on well-separated data"] == "holds"
     assert any("agrees best" in c and "bic" in f["ours"] for c, f in
                zip(verdicts, found, strict=True))
+    data["families"]["mixture"]["best"].update(seconds=0.5, evidence_seconds=80.0)
+    best = next(f for f in EXPERIMENTS["selection_study"].extract(data)
+                if "agrees best" in f["claim"])
+    assert best["ours"].endswith("0.5 s per seed (the evidence 80 s)")
 
 
 def test_seed_rows_are_saved_and_reused_only_for_the_same_settings(example, tmp_path,

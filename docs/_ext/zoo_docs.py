@@ -396,6 +396,18 @@ def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY)
         (name, *(f"{families.get(name, {}).get('seeds', {}).get(lv, 0)} / {planned}"
                  for lv in levels))
         for name in planned_families], widths=(25, *(75 // len(levels),) * len(levels)))
+    answers = [(name, family["best"]) for name, family in families.items()
+               if family.get("best") is not None and "evidence" in family.get("criteria", ())]
+    if answers:
+        lines += ["Which criterion agrees best with the evidence (over every recorded level; "
+                  "ties broken by the mean rank correlation), and at what cost:", ""]
+        lines += list_table(
+            ("family", "criterion", "same choice as a decisive evidence", "mean rho",
+             "seconds per seed", "the evidence's seconds per seed"),
+            [(name, best["criterion"], f"{best['agree']} / {best['total']}",
+              "-" if best.get("rho") is None else f"{best['rho']:+.2f}",
+              _number(best.get("seconds")), _number(best.get("evidence_seconds")))
+             for name, best in answers], widths=(14, 14, 24, 12, 16, 20))
     for name, family in families.items():
         lines += [underline(name, "-"), ""] + _literal(family.get("report", []))
         figure = f"selection_study_{name}.png"

@@ -44,10 +44,13 @@ def _selection_study(data):
         if best is not None and "evidence" in family["criteria"]:
             verdict, detail = rate(best["agree"], best["total"])
             rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
+            cost = ("" if best.get("seconds") is None or best.get("evidence_seconds") is None
+                    else f", {best['seconds']:.3g} s per seed (the evidence "
+                         f"{best['evidence_seconds']:.3g} s)")
             out.append(finding(f"{name}: the criterion that agrees best with the reference "
                                "evidence (all three levels)", "(a study, no paper value)",
                                f"{best['criterion']}: same choice in {best['agree']}/"
-                               f"{best['total']} runs, mean Spearman rho {rho}", verdict,
+                               f"{best['total']} runs, mean Spearman rho {rho}{cost}", verdict,
                                detail.replace("seeds", "runs")))
     shapes = data.get("shapes")
     if shapes:
