@@ -150,6 +150,12 @@ RERECORDED_092: set = {
     "select_num_components_bic", "compare_criteria", "select_num_components_loo",
     "fit_vb_mixture_full", "fit_vb", "model_selection_mcvq_loo", "fit_gvq_mcmc",
     "fit_mixture_mcmc", "fit_clipped_mcmc", "fit_mcvq_meanfield_svi"}
+#: Cases re-recorded when GVQ's M-step began to solve each restart's least squares on its
+#: own (``inference.gvq.algorithm.lstsq_solution``: a batched CPU SVD hangs a process
+#: with one CPU). Each restart now rounds as it would alone, 1e-7 from the batched
+#: solve; br+mf association follows such differences to another local optimum (final
+#: error 1.329 -> 1.598 here). The exact-association cases did not move.
+RERECORDED_LSTSQ: set = {"fit_gvq_br_mf"}
 #: Fields a case returns beyond its recording, new information rather than a changed
 #: number: ``case-name prefix: field names``. fit_online's passes, and fit_online_stream's,
 #: gained the engine's convergence test (off by default, ``tol=0``): ``num_iterations``
@@ -789,7 +795,8 @@ def run_case(name: str) -> dict[str, np.ndarray]:
 
 def renamed(case_name: str, field: str) -> str:
     """The current name of the recorded ``field`` of ``case_name`` (see :data:`RENAMED`)."""
-    if case_name.startswith(KEPT_NAMES) or case_name in KEPT_CASES | RERECORDED_092:
+    if (case_name.startswith(KEPT_NAMES)
+            or case_name in KEPT_CASES | RERECORDED_092 | RERECORDED_LSTSQ):
         return field
     parts = field.split(".")
     for old, new in RENAMED.items():

@@ -1,6 +1,9 @@
 """GVQ learning by EM (seed 000 sec. 3.1): monotone error, recovery, unused features, variants."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -141,3 +144,44 @@ def test_a_result_saved_with_error_trace_loads_with_a_cut_trace(tmp_path):
     assert float(result.trace.objective[-1]) == pytest.approx(float(result.error), rel=1e-6)
     again = inference.load(result.save(tmp_path / "again"))
     np.testing.assert_array_equal(again.trace.objective, result.trace.objective)
+
+
+def test_batched_m_step_solves_each_restart_as_lstsq_does():
+    """Over restarts (``vmap``) the M-step's least squares solves one matrix at a time:
+    the same solution as NumPy's lstsq on each design, for designs of full and of
+    deficient rank (a feature never on, two features always on together)."""
+    from inference.gvq.algorithm import lstsq_solution
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 5)).astype(np.float32)
+    designs = (rng.random((4, 40, 3)) < 0.5).astype(np.float32)
+    designs[1, :, 2] = 0.0
+    designs[2, :, 1] = designs[2, :, 0]
+    batched = np.asarray(jax.jit(jax.vmap(lstsq_solution, in_axes=(0, None)))(designs, x))
+    for d, solution in zip(designs, batched, strict=True):
+        np.testing.assert_allclose(solution, np.linalg.lstsq(d, x, rcond=None)[0],
+                                   rtol=1e-4, atol=1e-5)
+    both = jax.vmap(lstsq_solution)(designs, np.broadcast_to(x, (4, *x.shape)))
+    np.testing.assert_array_equal(np.asarray(both), batched)
+    nested = jax.vmap(jax.vmap(lstsq_solution, in_axes=(0, None)), in_axes=(0, None))(
+        designs.reshape(2, 2, 40, 3), x)
+    np.testing.assert_allclose(np.asarray(nested).reshape(batched.shape), batched, rtol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux affinity")
+def test_fit_with_restarts_finishes_on_one_cpu():
+    """A fit with several restarts on a process limited to one CPU finishes. jaxlib's
+    batched CPU SVD waits for XLA's thread pool, which inside the compiled EM loop has no
+    free thread there: with the restarts' least squares batched, this fit hung forever."""
+    cpu = min(os.sched_getaffinity(0))
+    script = ("import jax, numpy as np\n"
+              "from inference import fit_gvq\n"
+              "from ppl_models import gvq\n"
+              "x = gvq.generate_planted(jax.random.key(0), 60, 2, 4, noise_scale=0.2).x\n"
+              "fit = fit_gvq(x, 2, rng_key=jax.random.key(1), num_restarts=3)\n"
+              "print('finished', float(fit.error))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "finished" in done.stdout

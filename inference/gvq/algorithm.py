@@ -178,10 +178,32 @@ def init(rng_key, x, num_features: int, *, features=None, model_kwargs=None) -> 
                     jnp.asarray(False))
 
 
+@jax.custom_batching.custom_vmap
+def lstsq_solution(a, b):
+    """``jnp.linalg.lstsq(a, b)[0]``, whose batches (``vmap``, e.g. over restarts) solve
+    one matrix after another (``lax.map``) instead of in one batched SVD.
+
+    jaxlib's batched CPU SVD hands its matrices to XLA's intra-op thread pool and blocks
+    until they are done; inside a compiled loop that already runs on that pool, a
+    process with one CPU (``taskset``, a one-core container or batch-queue slot) has no
+    thread left to run them, and the fit hangs forever (jaxlib 0.9). One SVD at a time
+    gives the same answer (the same LAPACK routine on each matrix), and these matrices
+    are small (N x num_features).
+    """
+    return jnp.linalg.lstsq(a, b)[0]
+
+
+@lstsq_solution.def_vmap
+def _lstsq_solution_vmap(axis_size, in_batched, a, b):
+    a, b = (v if batched else jnp.broadcast_to(v, (axis_size, *v.shape))
+            for v, batched in zip((a, b), in_batched, strict=True))
+    return jax.lax.map(lambda ab: lstsq_solution(*ab), (a, b)), True
+
+
 def m_step(x, states, features):
     """Least-squares features for the given association (eq. 3-4); unused rows keep ``features``."""
     design = states.astype(x.dtype)
-    solution = jnp.linalg.lstsq(design, x)[0]
+    solution = lstsq_solution(design, x)
     used = jnp.any(states > 0, axis=0)
     return jnp.where(used[:, None], solution, features)
 
