@@ -22,6 +22,12 @@ from ppl_models.references import cite
 __all__ = ["EXPERIMENTS", "STUDIES", "Experiment", "VERDICTS", "finding"]
 
 
+def _levels_text(family):
+    """"all three levels", or the levels recorded so far (a study in progress)."""
+    levels = list(family["summary"])
+    return "all three levels" if len(levels) == 3 else "recorded levels: " + ", ".join(levels)
+
+
 def _selection_study(data):
     """Per family: the evidence's hit rate on well-separated data, each criterion's hit
     rate there, and the criterion agreeing best with the evidence."""
@@ -48,7 +54,7 @@ def _selection_study(data):
                     else f", {best['seconds']:.3g} s per seed (the evidence "
                          f"{best['evidence_seconds']:.3g} s)")
             out.append(finding(f"{name}: the criterion that agrees best with the reference "
-                               "evidence (all three levels)", "(a study, no paper value)",
+                               f"evidence ({_levels_text(family)})", "(a study, no paper value)",
                                f"{best['criterion']}: same choice in {best['agree']}/"
                                f"{best['total']} runs, mean Spearman rho {rho}{cost}", verdict,
                                detail.replace("seeds", "runs")))
