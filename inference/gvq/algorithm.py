@@ -195,9 +195,13 @@ def lstsq_solution(a, b):
 
 @lstsq_solution.def_vmap
 def _lstsq_solution_vmap(axis_size, in_batched, a, b):
-    a, b = (v if batched else jnp.broadcast_to(v, (axis_size, *v.shape))
-            for v, batched in zip((a, b), in_batched, strict=True))
-    return jax.lax.map(lambda ab: lstsq_solution(*ab), (a, b)), True
+    a_batched, b_batched = in_batched
+    mapped = tuple(v for v, batched in ((a, a_batched), (b, b_batched)) if batched)
+
+    def one(slices):  # an unbatched argument is closed over, not copied per matrix
+        return lstsq_solution(slices[0] if a_batched else a, slices[-1] if b_batched else b)
+
+    return jax.lax.map(one, mapped), True
 
 
 def m_step(x, states, features):
