@@ -14,14 +14,24 @@ dwave-samplers``, the ``bench`` extra):
 
 What is timed, and why
 ----------------------
-* One example per call. These samplers take one binary quadratic model (BQM) per
-  call and run their reads on it; there is no batched entry point, so the examples
-  are solved one after the other, as a user of the package would. The time is the
-  wall time of all calls, each comprising the BQM's construction, the sampling call
-  and the reading of the lowest-energy read (:func:`run_sampler`). The per-call
-  overhead (the construction, and a call with one read of one sweep) is reported
-  beside it (:func:`overhead`), so that the cost of the search itself can be told
-  from that of the Python layer.
+* One example per call, or a block of examples per call (SA). These samplers take one
+  binary quadratic model (BQM) per call and run their reads on it; there is no
+  batched entry point, so by default the examples are solved one after the other, as
+  a user of the package would. The time is the wall time of all calls, each
+  comprising the BQM's construction, the sampling call and the reading of the
+  lowest-energy read (:func:`run_sampler`). The per-call overhead (the construction,
+  and a call with one read of one sweep) is reported beside it (:func:`overhead`),
+  so that the cost of the search itself can be told from that of the Python layer.
+  For SA that overhead can be shared: with ``batch=B`` a call anneals one
+  block-diagonal BQM of B examples (:func:`block_bqm`). Single-flip Metropolis
+  sweeps never couple two blocks, so each read anneals every example independently
+  under one schedule, and the best read of each block is what a call on that example
+  alone would return with that schedule; the schedule's range is the package's default
+  for the block BQM (:func:`block_beta_range`: the hottest and coldest ends of the
+  examples' own). At n = 12 and 16, blocks of 100 examples took 2.3x and 1.4x less
+  time per example than one call each at the same reads and sweeps and the same
+  quality. Tabu has no such form (its moves choose the best flip over the whole
+  BQM, so a block BQM is one search, not B searches).
 * Arrays, not dicts. The BQM is built from the arrays of the quadratic form
   (:func:`build_bqm`), never from Python dicts of biases. The couplings J are shared
   by all examples, so a BQM holding J alone is built once per run and each example's
@@ -82,9 +92,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
-__all__ = ["SAMPLERS", "bqm_arrays", "build_bqm", "quadratic_energies", "default_beta_range",
-           "default_tenure", "run_sampler", "default_grid", "setting_cost", "is_dominated",
-           "calibrate", "overhead", "constructor_timings", "quality"]
+__all__ = ["SAMPLERS", "bqm_arrays", "build_bqm", "block_bqm", "quadratic_energies",
+           "default_beta_range", "block_beta_range", "default_tenure", "check_batch",
+           "run_sampler", "default_grid", "setting_cost", "is_dominated", "calibrate",
+           "overhead", "constructor_timings", "quality"]
 
 #: The samplers: name -> dwave.samplers class name.
 SAMPLERS = {"sa": "SimulatedAnnealingSampler", "tabu": "TabuSampler"}
@@ -160,6 +171,27 @@ def build_bqm(h_row, J, offset, *, template=None):
     return bqm
 
 
+def block_bqm(h_rows, J, offsets=None):
+    """One ``dimod.BinaryQuadraticModel`` holding ``m`` examples as independent blocks.
+
+    Example k's unit i is variable k n + i; every block has the couplings J (upper
+    triangular) and its own linear biases ``h_rows[k]``; the offset is the sum of
+    ``offsets`` (the energy of a state is the sum of the examples' energies). Built
+    with ``from_numpy_vectors`` (one call for all blocks).
+    """
+    import dimod
+
+    h_rows = np.asarray(h_rows, np.float64)
+    m, n = h_rows.shape
+    rows, cols = np.nonzero(np.triu(J, 1))
+    base = (n * np.arange(m))[:, None]
+    quadratic = ((rows[None] + base).ravel(), (cols[None] + base).ravel(),
+                 np.tile(J[rows, cols], m))
+    offset = 0.0 if offsets is None else float(np.sum(offsets))
+    return dimod.BinaryQuadraticModel.from_numpy_vectors(h_rows.ravel(), quadratic, offset,
+                                                         dimod.BINARY)
+
+
 def constructor_timings(h_row, J, offset, *, repeats=200) -> dict:
     """Milliseconds per BQM built by each of dimod's array paths (best of 3 x ``repeats``)."""
     import dimod
@@ -191,6 +223,26 @@ def _best_ms(fn, repeats, rounds=3):
     return 1e3 * best
 
 
+def _beta_pieces(h_rows, J):
+    """Per example of ``h_rows`` (m, n): the hot end of SA's default range, and per unit
+    its smallest nonzero |bias| in the Ising form (inf where it has none): (m,), (m, n)."""
+    Js = 0.25 * (J + J.T)
+    hs = 0.5 * np.asarray(h_rows, np.float64) + Js.sum(axis=1)
+    abs_h, abs_j = np.abs(hs), np.abs(Js)
+    hot = np.log(2.0) / (2.0 * (abs_h + abs_j.sum(axis=1)).max(axis=1))
+    smallest_j = np.where(abs_j > 0, abs_j, np.inf).min(axis=1)
+    smallest = np.minimum(np.where(abs_h > 0, abs_h, np.inf), smallest_j)
+    return hot, smallest
+
+
+def _beta_range(hot, smallest) -> tuple[float, float]:
+    smallest = smallest[np.isfinite(smallest)]
+    if smallest.size == 0:
+        return 0.1, 1.0
+    g = smallest.min()
+    return float(hot), float(np.log(np.sum(smallest == g) / 0.01) / (2.0 * g))
+
+
 def default_beta_range(h_row, J) -> tuple[float, float]:
     """SimulatedAnnealingSampler's default (hot, cold) inverse temperatures, vectorised.
 
@@ -199,17 +251,19 @@ def default_beta_range(h_row, J) -> tuple[float, float]:
     smallest nonzero |bias| and m how many units have g as their smallest, in a Python
     loop over the couplings; this is the same computation in numpy.
     """
-    Js = 0.25 * (J + J.T)
-    hs = 0.5 * np.asarray(h_row) + Js.sum(axis=1)
-    abs_h, abs_j = np.abs(hs), np.abs(Js)
-    hot = np.log(2.0) / (2.0 * (abs_h + abs_j.sum(axis=1)).max())
-    both = np.concatenate([abs_h[:, None], abs_j], axis=1)
-    smallest = np.where(both > 0, both, np.inf).min(axis=1)
-    smallest = smallest[np.isfinite(smallest)]
-    if smallest.size == 0:
-        return 0.1, 1.0
-    g = smallest.min()
-    return float(hot), float(np.log(np.sum(smallest == g) / 0.01) / (2.0 * g))
+    hot, smallest = _beta_pieces(np.asarray(h_row)[None], J)
+    return _beta_range(hot[0], smallest[0])
+
+
+def block_beta_range(h_rows, J) -> tuple[float, float]:
+    """The package's default (hot, cold) range for the block BQM of ``h_rows`` (m, n).
+
+    The same rule as :func:`default_beta_range` over all units of all blocks: the
+    hottest example's hot end, and the cold end of the smallest bias of any block
+    (counted over all blocks), without building the (m n) x (m n) couplings.
+    """
+    hot, smallest = _beta_pieces(h_rows, J)
+    return _beta_range(hot.min(), smallest.ravel())
 
 
 def default_tenure(num_features) -> int:
@@ -233,11 +287,16 @@ def _sampler(name):
     return getattr(dwave.samplers, SAMPLERS[name])()
 
 
-def _solve(name, h, J, offset, setting, seed):
+def _solve(name, h, J, offset, setting, seed, batch=None):
     """Yield ``(index, best state, seconds)`` per example, timing only the sampler's work."""
     import dimod
 
     h, J, offset = np.asarray(h, np.float64), np.asarray(J, np.float64), np.asarray(offset)
+    if batch is not None:
+        check_batch(name, batch)
+        if batch > 1:
+            yield from _solve_blocks(h, J, offset, setting, seed, batch)
+            return
     sampler = _sampler(name)
     kwargs = dict(setting)
     if name == "tabu":
@@ -262,8 +321,45 @@ def _solve(name, h, J, offset, setting, seed):
         seconds = 0.0
 
 
-def run_sampler(name, h, J, offset, *, setting: dict, seed=0):
-    """Run a dwave-samplers sampler on every example, one call per example.
+def check_batch(name, batch):
+    """``batch`` must be a positive integer, and above 1 only for SA."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be a positive integer (examples per call); got {batch!r}")
+    if batch > 1 and name != "sa":
+        raise ValueError(f"batch > 1 is for SA only: {name!r} on a block BQM would run one "
+                         f"search over all blocks, not one per example; got batch={batch}")
+
+
+def _solve_blocks(h, J, offset, setting, seed, batch):
+    """SA on block-diagonal BQMs of ``batch`` examples: per example, its best read."""
+    sampler = _sampler("sa")
+    kwargs = dict(setting)
+    auto_beta = "beta_range" not in kwargs and "beta_schedule" not in kwargs
+    num_examples, n = h.shape
+    seeds = np.random.default_rng(seed).integers(2**31 - 1, size=-(-num_examples // batch))
+    for call, first in enumerate(range(0, num_examples, batch)):
+        start = time.perf_counter()
+        rows = slice(first, min(num_examples, first + batch))
+        block = h[rows]
+        m = block.shape[0]
+        if auto_beta:
+            kwargs["beta_range"] = block_beta_range(block, J)
+        sampleset = sampler.sample(block_bqm(block, J, offset[rows]), seed=int(seeds[call]),
+                                   **kwargs)
+        samples = sampleset.record.sample
+        if not sampleset.variables.is_range:
+            samples = samples[:, np.argsort(np.fromiter(sampleset.variables, int, m * n))]
+        samples = samples.reshape(-1, m, n)  # (reads, examples, n)
+        s = samples.astype(np.float64)
+        energies = np.einsum("emi,mi->em", s, block) + np.einsum("emi,ij,emj->em", s, J, s)
+        best = samples[np.argmin(energies, axis=0), np.arange(m)]
+        seconds = (time.perf_counter() - start) / m  # the call's time, shared
+        for k in range(m):
+            yield first + k, best[k], seconds
+
+
+def run_sampler(name, h, J, offset, *, setting: dict, seed=0, batch=None):
+    """Run a dwave-samplers sampler on every example, one call per example (or per block).
 
     Parameters
     ----------
@@ -279,7 +375,10 @@ def run_sampler(name, h, J, offset, *, setting: dict, seed=0):
         :data:`TABU_DEFAULTS` and ``tenure=`` :func:`default_tenure` for the keys the
         setting lacks.
     seed : int
-        Seeds the per-example seeds.
+        Seeds the per-example (per-call) seeds.
+    batch : int, optional
+        SA only: examples per call, annealed as one block-diagonal BQM (module
+        docstring); default one call per example.
 
     Returns
     -------
@@ -291,7 +390,7 @@ def run_sampler(name, h, J, offset, *, setting: dict, seed=0):
     """
     states = np.empty(np.shape(h), np.int8)
     total = 0.0
-    for i, best, seconds in _solve(name, h, J, offset, setting, seed):
+    for i, best, seconds in _solve(name, h, J, offset, setting, seed, batch):
         states[i] = best
         total += seconds
     return states, total
@@ -359,7 +458,7 @@ def is_dominated(name, setting, failed) -> bool:
 
 def calibrate(name, h, J, offset, energy_of=None, reference=None, *, target_ok=0.99,
               target_gap=1e-3, grid=None, max_seconds=60.0, seed=0,
-              early_stop=True) -> dict:
+              early_stop=True, batch=None) -> dict:
     """The cheapest setting of the grid whose quality reaches the target.
 
     Parameters
@@ -407,6 +506,8 @@ def calibrate(name, h, J, offset, energy_of=None, reference=None, *, target_ok=0
     """
     if reference is None:
         raise ValueError("calibrate needs the reference energies")
+    if batch is not None:
+        check_batch(name, batch)
     if energy_of is None:
         def energy_of(states):
             return quadratic_energies(h, J, offset, states)
@@ -429,7 +530,7 @@ def calibrate(name, h, J, offset, energy_of=None, reference=None, *, target_ok=0
                        f"{max_seconds:g}")
             break
         entry = _evaluate(name, h, J, offset, setting, seed, energy_of, reference,
-                          allowed_misses if early_stop else None)
+                          allowed_misses if early_stop else None, batch)
         entry["cost"] = cost
         tried.append(entry)
         ok, gap = entry["ok"], entry["gap"]
@@ -450,11 +551,12 @@ def calibrate(name, h, J, offset, energy_of=None, reference=None, *, target_ok=0
     return result
 
 
-def _evaluate(name, h, J, offset, setting, seed, energy_of, reference, allowed_misses):
+def _evaluate(name, h, J, offset, setting, seed, energy_of, reference, allowed_misses,
+              batch=None):
     """Run ``setting`` example by example; stop after ``allowed_misses`` + 1 misses."""
     states = np.zeros(np.shape(h), np.int8)  # energy_of takes all examples' states
     misses, total, done = 0, 0.0, 0
-    for i, best, seconds in _solve(name, h, J, offset, setting, seed):
+    for i, best, seconds in _solve(name, h, J, offset, setting, seed, batch):
         states[i] = best
         total += seconds
         done = i + 1
@@ -527,6 +629,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="skip settings projected to take longer on all examples (120)")
     parser.add_argument("--exact-max-features", type=int, default=24,
                         help="exact reference up to this n, planted states beyond (24)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="SA: also calibrate and time it with this many examples per "
+                             "call, as one block-diagonal BQM (e.g. 100; default: no)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="60 examples")
     parser.add_argument("--output", type=Path, default=None,
@@ -534,6 +639,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.examples = min(args.examples, 60)
+    if args.batch is not None and args.batch < 2:
+        parser.error(f"--batch must be at least 2; got {args.batch}")
     return args
 
 
@@ -588,15 +695,20 @@ def main(argv=None) -> dict:
     costs = overhead(h, J, offset)
     builds = constructor_timings(h[0], J, offset[0])
     rows = []
-    for name in args.samplers:
+    runs = [(name, None) for name in args.samplers]
+    if args.batch is not None and "sa" in args.samplers:
+        runs.append(("sa", args.batch))
+    for name, batch in runs:
         begin = time.perf_counter()
         result = calibrate(name, h, J, offset, energy_of, reference, target_ok=args.target_ok,
                            target_gap=args.target_gap, max_seconds=args.max_seconds,
-                           seed=args.seed)
+                           seed=args.seed, batch=batch)
         result["calibration_s"] = time.perf_counter() - begin
-        rows.append({"method": f"dwave-samplers {SAMPLERS[name]}", "sampler": name,
+        rows.append({"method": f"dwave-samplers {SAMPLERS[name]}"
+                               + ("" if batch is None else f", {batch} examples per call"),
                      "size": f"n={args.n}, dim={args.dim}, N={args.examples}",
-                     "time_s": result["seconds_per_example"], **result})
+                     "time_s": result["seconds_per_example"], **result,
+                     "sampler": name if batch is None else f"{name} x{batch}", "batch": batch})
     print(format_table(rows, costs))
     print("BQM construction (ms): "
           + ", ".join(f"{k} {v:.4f}" for k, v in builds.items()))

@@ -122,3 +122,48 @@ def test_dominated_settings_are_skipped():
     grid = qubo_peers.default_grid("tabu")
     costs = [qubo_peers.setting_cost("tabu", s) for s in grid]
     assert costs == sorted(costs)
+
+
+def test_block_bqm_holds_the_examples_as_independent_blocks():
+    from dwave.samplers import SimulatedAnnealingSampler
+
+    energy, _, _ = _problem(20, 10, 5)
+    h, J, offset = qubo_peers.bqm_arrays(energy)
+    bqm = qubo_peers.block_bqm(h[:7], J, offset[:7])
+    assert bqm.num_variables == 70 and bqm.num_interactions == 7 * np.count_nonzero(J)
+    states = np.random.default_rng(1).integers(0, 2, size=(4, 7, 10))
+    per_example = qubo_peers.quadratic_energies(h[:7], J, offset[:7], states)  # (4, 7)
+    np.testing.assert_allclose(bqm.energies((states.reshape(4, 70), range(70))),
+                               per_example.sum(axis=1), rtol=1e-9)
+    # its beta range is the one the sampler computes for the block BQM itself
+    info = SimulatedAnnealingSampler().sample(bqm, num_reads=1, num_sweeps=1, seed=0).info
+    np.testing.assert_allclose(qubo_peers.block_beta_range(h[:7], J), info["beta_range"],
+                               rtol=1e-12)
+    np.testing.assert_allclose(qubo_peers.block_beta_range(h[3:4], J),
+                               qubo_peers.default_beta_range(h[3], J), rtol=1e-12)
+
+
+def test_sa_in_blocks_finds_the_optimum_and_rejects_bad_batches():
+    energy, reference, (x, F) = _problem(20, 10, 5)
+    h, J, offset = qubo_peers.bqm_arrays(energy)
+    setting = {"num_reads": 50, "num_sweeps": 200}
+    for batch in (1, 6, 20, 64):  # 6: a short last block
+        states, seconds = qubo_peers.run_sampler("sa", h, J, offset, setting=setting, seed=1,
+                                                 batch=batch)
+        assert states.dtype == np.int8 and states.shape == (20, 10) and seconds > 0
+        found = np.sum((x - states.astype(np.float64) @ F) ** 2, axis=1)
+        np.testing.assert_allclose(found, reference, rtol=1e-9, err_msg=f"batch {batch}")
+    # one read of one sweep per block leaves most examples above the optimum
+    states, _ = qubo_peers.run_sampler("sa", h, J, offset, batch=10, seed=0,
+                                       setting={"num_reads": 1, "num_sweeps": 1})
+    assert np.mean(np.sum((x - states @ F) ** 2, axis=1) > reference * (1 + 1e-6)) > 0.3
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="batch must be a positive integer"):
+            qubo_peers.run_sampler("sa", h, J, offset, setting=setting, batch=bad)
+    with pytest.raises(ValueError, match="for SA only"):
+        qubo_peers.run_sampler("tabu", h, J, offset, setting={"num_reads": 1}, batch=4)
+    with pytest.raises(ValueError, match="for SA only"):
+        qubo_peers.calibrate("tabu", h, J, offset, reference=reference, batch=4)
+    result = qubo_peers.calibrate("sa", h, J, offset, reference=reference * 0 + 1e9,
+                                  grid=[{"num_reads": 1, "num_sweeps": 5}], batch=8)
+    assert result["reached"] and result["tried"][0]["examples"] == 20
