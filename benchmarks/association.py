@@ -864,13 +864,18 @@ def move_kernel_profile(features, x, rng_key, *, num_walks, num_iterations) -> d
     hlo = call.lower(h, rng_key).compile().as_text()
     jax.block_until_ready(call(h, rng_key))
     with tempfile.TemporaryDirectory() as trace_dir:
-        jax.profiler.start_trace(trace_dir)
-        seconds, _ = _timed(lambda: call(h, rng_key))
-        jax.profiler.stop_trace()
-        files = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
-        if not files:
-            return {"note": "the profiler wrote no trace"}
-        data = ProfileData.from_file(files[0])
+        try:  # a profile is a diagnosis: its failure must not end the benchmark
+            jax.profiler.start_trace(trace_dir)
+            try:
+                seconds, _ = _timed(lambda: call(h, rng_key))
+            finally:
+                jax.profiler.stop_trace()
+            files = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+            if not files:
+                return {"note": "the profiler wrote no trace"}
+            data = ProfileData.from_file(files[0])
+        except Exception as err:  # noqa: BLE001
+            return {"note": f"tracing failed: {type(err).__name__}: {err}"}
     totals, counts = {}, {}
     for plane in data.planes:
         for line in plane.lines:
