@@ -854,7 +854,7 @@ def move_kernel_profile(features, x, rng_key, *, num_walks, num_iterations) -> d
     h, W = problem.energy.linear, problem.energy.couplings
     walks = h.shape[0] * num_walks
     tenure = tabu.default_tenure(n)
-    jitter = max(0, min(max(1, tenure // 2), n - 1 - tenure))
+    jitter = tabu.tenure_jitter(n, tenure)
 
     def chunk(h, key):
         return tabu._walk_chunk(h, W, key, jnp.ones(h.shape[0], bool), num_walks=num_walks,

@@ -350,8 +350,7 @@ def _solve_blocks(h, J, offset, setting, seed, batch):
         if not sampleset.variables.is_range:
             samples = samples[:, np.argsort(np.fromiter(sampleset.variables, int, m * n))]
         samples = samples.reshape(-1, m, n)  # (reads, examples, n)
-        s = samples.astype(np.float64)
-        energies = np.einsum("emi,mi->em", s, block) + np.einsum("emi,ij,emj->em", s, J, s)
+        energies = quadratic_energies(block, J, 0.0, samples)  # (reads, examples)
         best = samples[np.argmin(energies, axis=0), np.arange(m)]
         seconds = (time.perf_counter() - start) / m  # the call's time, shared
         for k in range(m):

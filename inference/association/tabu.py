@@ -45,7 +45,7 @@ from inference.association.base import (
 from inference.program.energy import QuadraticEnergy
 from ppl_models.validation import check_positive_int
 
-__all__ = ["default_budget", "tabu_search", "run_tabu", "AGREEMENT_RTOL"]
+__all__ = ["default_budget", "tenure_jitter", "tabu_search", "run_tabu", "AGREEMENT_RTOL"]
 
 #: Walks that move together in one chunk (see :func:`tabu_search`).
 CHUNK_WALKS = 4096
@@ -97,6 +97,13 @@ def default_tenure(num_features: int) -> int:
     n = 32 (n/3 left 0.1-0.2% of the examples above the optimum), 4 to 6 at n = 12
     and 16 (3 left 0.1%)."""
     return max(0, min(num_features - 1, max(4, num_features // 4)))
+
+
+def tenure_jitter(num_features: int, tenure: int, jitter: int | None = None) -> int:
+    """The tenure jitter :func:`tabu_search` uses: ``jitter`` (default ``max(1, tenure //
+    2)``) cut so that some unit is always free (``tenure + jitter < num_features``)."""
+    jitter = max(1, tenure // 2) if jitter is None else int(jitter)
+    return max(0, min(jitter, num_features - 1 - tenure))
 
 
 def _unpack(words, num_features: int):
@@ -224,8 +231,7 @@ def tabu_search(energy: QuadraticEnergy, rng_key, *, num_walks: int, num_iterati
     """
     h, W, constant = energy.linear, energy.couplings, energy.constant
     num_examples, n = h.shape
-    jitter = max(1, tenure // 2) if jitter is None else int(jitter)
-    jitter = max(0, min(jitter, n - 1 - tenure))
+    jitter = tenure_jitter(n, tenure, jitter)
     chunk = max(1, CHUNK_WALKS // num_walks) if chunk_size is None else int(chunk_size)
     chunk = min(chunk, num_examples)
     num_chunks = -(-num_examples // chunk)
