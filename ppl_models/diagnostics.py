@@ -5,7 +5,7 @@ as a silent NaN. All project warnings derive from :class:`ZooWarning`, so
 users can filter them together and the test suite turns them into errors.
 """
 
-__all__ = ["ZooWarning", "ConvergenceWarning", "NumericalWarning"]
+__all__ = ["ZooWarning", "ConvergenceWarning", "NumericalWarning", "CompilationCacheWarning"]
 
 
 class ZooWarning(UserWarning):
@@ -18,3 +18,8 @@ class ConvergenceWarning(ZooWarning):
 
 class NumericalWarning(ZooWarning):
     """Non-finite values, negative eigenvalues, collapsed components and the like."""
+
+
+class CompilationCacheWarning(ZooWarning):
+    """The persistent compilation cache could not be used (a folder that cannot be
+    created or written); programs are compiled as usual, only not kept on disk."""
