@@ -15,6 +15,7 @@ from inference.association.generic import numpyro_map_states
 from inference.association.map_em import MapEMResult, fit_map_em
 from inference.association.map_states import MapStatesResult, map_states
 from inference.engine import persistence
+from inference.engine.compilation_cache import enable_compilation_cache
 from inference.engine.persistence import PersistenceError, load
 from inference.engine.streaming import BatchSource
 from inference.program.energy import QuadraticEnergy, check_quadratic, quadratic_energy
@@ -29,6 +30,7 @@ __all__ = [
     "PersistenceError",
     "QuadraticEnergy",
     "check_quadratic",
+    "enable_compilation_cache",
     "fit_map_em",
     "load",
     "map_states",
