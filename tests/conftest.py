@@ -47,13 +47,18 @@ def pytest_configure(config):
     cache a later module loads the executable from disk instead. The folder is new for
     each run and removed at its end, so nothing carries over between runs and a cold
     run is what is measured; set ``JAX_COMPILATION_CACHE_DIR`` to use (and keep) a
-    folder of your own instead.
+    folder of your own instead. ``PPL_ZOO_CACHE_DIR`` names the same folder, so that
+    the ``ppl-zoo`` command, which turns a cache on by itself
+    (:func:`inference.enable_compilation_cache`), run here or in a child process, uses
+    it too and never the user's own cache folder.
     """
     _compile_the_default_run_faster(config)
     if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir:
         return
     folder = tempfile.mkdtemp(prefix="ppl-zoo-jax-cache-")
     config._ppl_zoo_jax_cache = folder
+    config._ppl_zoo_cache_env = os.environ.get("PPL_ZOO_CACHE_DIR")
+    os.environ["PPL_ZOO_CACHE_DIR"] = folder
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
@@ -91,6 +96,11 @@ def pytest_unconfigure(config):
     if folder is not None:
         jax.config.update("jax_compilation_cache_dir", None)
         shutil.rmtree(folder, ignore_errors=True)
+        previous = getattr(config, "_ppl_zoo_cache_env", None)
+        if previous is None:
+            os.environ.pop("PPL_ZOO_CACHE_DIR", None)
+        else:
+            os.environ["PPL_ZOO_CACHE_DIR"] = previous
 
 
 @pytest.fixture(autouse=True, scope="module")

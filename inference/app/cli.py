@@ -6,17 +6,25 @@ prints the table and writes CSV, JSON and a PNG into ``--output-dir``
 ``examples/`` and writes a report of paper vs ours (:mod:`inference.app.reproduce`).
 ``select`` scores a family's candidate sizes on a user's data file by every
 criterion asked for (:mod:`inference.app.select_command`).
+
+Every command first turns on the persistent compilation cache
+(:func:`inference.enable_compilation_cache`), so that a program compiled by one run is
+loaded, not compiled again, by the next: in the user's cache folder by default,
+``--compilation-cache DIR`` or ``PPL_ZOO_CACHE_DIR=DIR`` elsewhere, and
+``--no-compilation-cache`` or ``PPL_ZOO_CACHE_DIR=off`` not at all.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 
 import jax
 
 from inference.app.families import load_families
+from inference.engine.compilation_cache import ENV_VAR, default_cache_dir, enable_compilation_cache
 from ppl_models import __version__
 from ppl_models.registry import REGISTRY
 
@@ -47,6 +55,26 @@ data: a .csv file (a first row that is not all numbers is a header) or a .npy fi
 holding one 2-D array; one example per row."""
 
 
+_EPILOG_MAIN = f"""\
+compilation cache:
+  Every command keeps the programs that XLA compiles in a folder on disk and loads
+  them in later runs instead of compiling them again (JAX's persistent compilation
+  cache; a first fit's seconds are mostly compilation). The folder: the user's
+  cache folder ({default_cache_dir(environ={})} here), or
+  JAX_COMPILATION_CACHE_DIR where set. {ENV_VAR}=DIR moves it and
+  {ENV_VAR}=off turns the cache off, as do the two flags above,
+  which win over the variable. While the cache is on, XLA's own log is quieted to
+  fatal errors unless JAX_LOGGING_LEVEL (or TF_CPP_MIN_LOG_LEVEL) chooses a level
+  (some jaxlib releases log a false CPU mismatch for each program loaded from it).
+  With the cache warm, `compare`'s first-call times are loading times: pass
+  --no-compilation-cache to measure compilation.
+
+examples:
+  ppl-zoo list
+  ppl-zoo --compilation-cache /scratch/zoo-cache compare gvq --quick
+  ppl-zoo --no-compilation-cache compare mixture"""
+
+
 def _wrap(text: str) -> str:
     return textwrap.fill(text, 79)
 
@@ -61,8 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ppl-zoo",
         description="Classic latent-variable models as NumPyro programs: the papers' inference "
-                    "side by side with NumPyro's generic inference.")
+                    "side by side with NumPyro's generic inference.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG_MAIN)
     parser.add_argument("--version", action="version", version=f"ppl-zoo {__version__}")
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument("--compilation-cache", metavar="DIR",
+                       help="keep compiled programs in DIR (default: $PPL_ZOO_CACHE_DIR, "
+                            "else the user's cache folder; see below)")
+    cache.add_argument("--no-compilation-cache", action="store_true",
+                       help="compile every program afresh and keep none on disk")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     formatter = argparse.RawDescriptionHelpFormatter
     compare = commands.add_parser(
@@ -168,11 +203,34 @@ def model_table() -> list[str]:
     return lines
 
 
+def start_compilation_cache(args: argparse.Namespace):
+    """Turn on the persistent compilation cache as ``args`` and the environment say.
+
+    ``--no-compilation-cache`` leaves it off; ``--compilation-cache DIR`` puts it in DIR;
+    neither: :func:`~inference.engine.compilation_cache.enable_compilation_cache`'s
+    default (``PPL_ZOO_CACHE_DIR``, where ``off`` leaves it off, else the user's cache
+    folder). Where the cache is on, XLA's log is quieted to fatal errors unless the user
+    chose a level (``JAX_LOGGING_LEVEL``, or ``TF_CPP_MIN_LOG_LEVEL`` at another value
+    than the 1 that importing JAX sets): jaxlib 0.9 logs a false CPU-feature mismatch,
+    three lines of several thousand characters, for every program it loads from the
+    cache on some Intel processors. Returns the folder, or None where the cache is off.
+    """
+    if args.no_compilation_cache:
+        return None
+    folder = enable_compilation_cache(args.compilation_cache)
+    chosen = (jax.config.jax_logging_level not in (None, "NOTSET")
+              or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1")
+    if folder is not None and not chosen:
+        jax.config.update("jax_logging_level", "CRITICAL")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ppl-zoo`` script; returns the exit status."""
     from inference.app.compare import comparisons, run_comparison, save_comparison
 
     args = build_parser().parse_args(argv)
+    start_compilation_cache(args)
     if args.command == "reproduce":
         from inference.app import reproduce
 

@@ -129,17 +129,22 @@ def _check_arguments(path, min_compile_time_secs, min_entry_size_bytes, max_size
             raise ValueError(f"{name} must be at least {low}; got {value}")
 
 
+def _write_probe(folder: Path) -> None:
+    """Write a small file in ``folder`` and remove it (OSError where that fails)."""
+    handle, probe = tempfile.mkstemp(prefix=".ppl-zoo-probe-", dir=folder)
+    try:
+        os.write(handle, b"0" * 4096)
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+        os.unlink(probe)
+
+
 def _writable_folder(folder: Path) -> OSError | None:
     """Create ``folder`` and write a file in it; the error where either fails."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(prefix=".ppl-zoo-probe-", dir=folder)
-        try:
-            os.write(handle, b"0")
-            os.fsync(handle)
-        finally:
-            os.close(handle)
-            os.unlink(probe)
+        _write_probe(folder)
     except OSError as error:
         return error
     return None
