@@ -208,6 +208,25 @@ def adapt_model_selection(data):
             for r in _get(data, "rows", default=[])]
 
 
+def adapt_compilation_cache(data):
+    """One row per case: the warm first call (cache filled by an earlier process), with
+    the cold one (empty cache) as the peer; ratio = cold / warm."""
+    rows = []
+    for r in _get(data, "rows", default=[]):
+        cold, warm = _get(r, "cold", "median_s"), _get(r, "warm", "median_s")
+        off = _get(r, "off", "median_s")
+        ratio = cold / warm if isinstance(cold, float) and isinstance(warm, float) and warm \
+            else None
+        note = f"cold {cold:.2f} s" if isinstance(cold, float) else ""
+        if isinstance(off, float):
+            note += f"{'; ' if note else ''}no cache {off:.2f} s"
+        if isinstance(r.get("entries"), int):
+            note += f"{'; ' if note else ''}{r['entries']} entries"
+        rows.append(row("compilation_cache", f"{r.get('case')} warm cache", "cold cache",
+                        r.get("size"), warm, "s", ratio, None, None, note))
+    return rows
+
+
 _TIME_KEYS = ("median_s", "time_s", "seconds", "time", "median", "ours", "sharded", "fit",
               "em_pass_s")
 _RATIO_KEYS = ("ratio", "speedup", "ratio_core", "speedup_over_peer")
@@ -247,7 +266,8 @@ def adapt_generic(data, name="?"):
 ADAPTERS = {"association_exact": adapt_association_exact, "association": adapt_association,
             "association_choice": adapt_association_choice,
             "gvq_learning": adapt_gvq_learning, "clipped": adapt_clipped, "mcvq": adapt_mcvq,
-            "mixture": adapt_mixture, "model_selection": adapt_model_selection}
+            "mixture": adapt_mixture, "model_selection": adapt_model_selection,
+            "compilation_cache": adapt_compilation_cache}
 
 
 def adapt(name, data) -> list[dict]:

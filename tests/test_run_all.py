@@ -67,6 +67,10 @@ FIXTURES = {
         "rows": [{"case": "em", "dtype": "float32", "peer": "sklearn",
                   "ours": {"median_s": 0.9}, "ratio": 14.4, "met": True},
                  {"case": "em", "dtype": "float64", "peer": "gmmx", "available": False}]},
+    "compilation_cache": {
+        "rows": [{"case": "mixture", "size": "N=200, d=2, k=3", "off": {"median_s": 6.6},
+                  "cold": {"median_s": 6.7}, "warm": {"median_s": 1.7}, "entries": 127},
+                 {"case": "select", "cold": {"median_s": 127.0}}]},
     "model_selection": {
         "rows": [{"data": "planted", "shape": [200, 16], "vb_best_s": {"median": 2.7},
                   "ratio": 0.58, "ratio_one_run": 3.65, "goal_met": False}]},
