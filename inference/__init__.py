@@ -14,6 +14,7 @@ from inference.app.selection import ModelSelectionResult, model_selection
 from inference.association.generic import numpyro_map_states
 from inference.association.map_em import MapEMResult, fit_map_em
 from inference.association.map_states import MapStatesResult, map_states
+from inference.em import EMResult, fit_em
 from inference.engine import persistence
 from inference.engine.compilation_cache import enable_compilation_cache
 from inference.engine.persistence import PersistenceError, load
@@ -24,6 +25,7 @@ from ppl_models import __version__ as __version__
 
 __all__ = [
     "BatchSource",
+    "EMResult",
     "MapEMResult",
     "MapStatesResult",
     "ModelSelectionResult",
@@ -31,6 +33,7 @@ __all__ = [
     "QuadraticEnergy",
     "check_quadratic",
     "enable_compilation_cache",
+    "fit_em",
     "fit_map_em",
     "load",
     "map_states",
@@ -49,6 +52,7 @@ for _family in load_families().values():
         globals()[_name] = _value
         __all__.append(_name)
     persistence.attach_save_methods(_family.results)
-persistence.attach_save_methods((ModelSelectionResult,))
+persistence.attach_save_methods((ModelSelectionResult, EMResult, MapEMResult,
+                                  MapStatesResult))
 __all__ = sorted(set(__all__))
 del _family, _name, _value

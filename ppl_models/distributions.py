@@ -48,6 +48,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.util import promote_shapes
 
 __all__ = ["BinaryStateMixture", "ClippedNormal", "GaussianRows", "NoiselessClip",
+           "OneHotCategorical",
            "binary_states", "sign_of", "spin", "state_log_prior"]
 
 #: Most binary units :class:`BinaryStateMixture` enumerates (2^20 states).
@@ -307,3 +308,59 @@ class BinaryStateMixture(dist.Distribution):
     @property
     def variance(self):
         return (self.probs * (1.0 - self.probs)) @ self.features ** 2 + self.scale ** 2
+
+
+class OneHotCategorical(dist.Distribution):
+    """A categorical variable written one-hot: the value is a vector of K zeros and one
+    one (NumPyro has the integer ``Categorical`` only; Pyro has this one).
+
+    ``log_prob(value) = sum_k value_k log probs_k``. Give ``probs`` (summing to 1 on
+    the last axis) or ``logits``.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp
+    >>> d = OneHotCategorical(probs=jnp.array([0.2, 0.8]))
+    >>> d.event_shape, float(d.log_prob(jnp.array([0.0, 1.0]))).__round__(4)
+    ((2,), -0.2231)
+    >>> d.sample(jax.random.key(0)).sum().item()
+    1.0
+    """
+
+    arg_constraints = {"probs": constraints.simplex}
+    support = constraints.independent(constraints.boolean, 1)
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, *, validate_args=None):
+        if (probs is None) == (logits is None):
+            raise ValueError("OneHotCategorical: give exactly one of probs and logits")
+        if logits is not None:
+            probs = jax.nn.softmax(jnp.asarray(logits), axis=-1)
+        self.probs = jnp.asarray(probs)
+        super().__init__(batch_shape=jnp.shape(self.probs)[:-1],
+                         event_shape=jnp.shape(self.probs)[-1:], validate_args=validate_args)
+
+    @property
+    def logits(self):
+        return jnp.log(self.probs)
+
+    def sample(self, key, sample_shape=()):
+        shape = sample_shape + self.batch_shape
+        index = jax.random.categorical(key, self.logits, shape=shape)
+        return jax.nn.one_hot(index, self.event_shape[0], dtype=self.probs.dtype)
+
+    def log_prob(self, value):
+        logits = jnp.where(self.probs > 0, self.logits, -1e30)
+        return jnp.sum(jnp.where(value > 0, value * logits, 0.0), axis=-1)
+
+    def enumerate_support(self, expand=True):
+        k = self.event_shape[0]
+        values = jnp.eye(k, dtype=self.probs.dtype).reshape((k,) + (1,) * len(self.batch_shape)
+                                                            + (k,))
+        if expand:
+            values = jnp.broadcast_to(values, (k,) + self.batch_shape + (k,))
+        return values
+
+    @property
+    def mean(self):
+        return self.probs

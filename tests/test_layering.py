@@ -29,8 +29,8 @@ KNOWN_CYCLES: set = set()
 
 #: Layer of each top-level subpackage of inference (a module may import its own layer
 #: and the layers below).
-LAYERS = {"program": 0, "engine": 0, "association": 1, "gvq": 2, "clipped": 2, "mixture": 2,
-          "mcvq": 2, "ppca": 2, "app": 3}
+LAYERS = {"program": 0, "engine": 0, "association": 1, "em": 1, "gvq": 2, "clipped": 2,
+          "mixture": 2, "mcvq": 2, "ppca": 2, "app": 3}
 
 
 def _modules():

@@ -63,7 +63,7 @@ from inference.program.kwargs import freeze_options, join_args, split_args, spli
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive_int, check_rng_key
 
-__all__ = ["MapEMResult", "fit_map_em"]
+__all__ = ["MapEMResult", "fit_map_em", "WithParams", "param_sites"]
 
 _RTOL = 1e-4
 
@@ -426,3 +426,9 @@ def _em_step(rng_key, state, data, params, shard=None, *, model, static_args, st
     return _State(new, states, value), _Info(value, converged, ~solved, missed, changed)
 
 
+
+
+# Public names for the generic EM of :mod:`inference.em`, which learns the same
+# ``numpyro.param`` sites the same way.
+WithParams = _WithParams
+param_sites = _param_sites

@@ -48,7 +48,8 @@ from inference.program.handlers import (
 )
 
 __all__ = ["BinarySites", "binary_sites", "program_energy", "gaussian_observation",
-           "run_program"]
+           "run_program", "core_distribution", "latent_samples", "example_plate",
+           "check_observed_rows", "per_example_log_density", "handled_program"]
 
 #: Wrappers that keep a distribution's support (unwrapped to find a Bernoulli core).
 _WRAPPERS = (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
@@ -198,7 +199,7 @@ def _example_plate(trace, names):
     frames = {frame.name if frame is not None else None for frame in outer.values()}
     if len(frames) > 1:
         described = {name: (f.name if f is not None else "no plate") for name, f in outer.items()}
-        raise ValueError("the binary sites must share their outermost plate (the example "
+        raise ValueError("the latent discrete sites must share their outermost plate (the example "
                          f"axis); their outermost plates are {described}")
     frame = next(iter(outer.values()))
     if frame is None:
@@ -345,3 +346,12 @@ def gaussian_observation(model, args, kwargs, layout: BinarySites):
             jnp.max(jnp.abs(expected)) + 1.0)
 
     return features, observed - at_zero, jnp.max(jax.vmap(misfit)(probe))
+
+
+# Public names of the helpers that the discrete (categorical and binary) layout of
+# :mod:`inference.association.discrete_sites` shares with the binary one.
+core_distribution = _core
+latent_samples = _latent_samples
+example_plate = _example_plate
+check_observed_rows = _check_observed_rows
+per_example_log_density = _per_example

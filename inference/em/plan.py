@@ -1,0 +1,265 @@
+"""How :func:`inference.fit_em` fits a program: its checks, its route and its starts.
+
+:func:`prepare` traces the program once (eagerly, with errors that name the site) and
+decides the route of the E-step (enumeration, pairwise tables for mean-field, coordinate
+ascent for a hard E-step too large to enumerate) and whether the M-step has a closed
+form; :func:`starts` draws every restart's start in one compiled call and checks those
+decisions again at the call's values; :func:`finish` gives the best restart's posteriors.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro import handlers
+from numpyro.distributions import constraints
+
+from inference.association.discrete_sites import DiscreteSites, discrete_sites
+from inference.association.discrete_tables import (
+    PAIRWISE_RTOL,
+    pairwise_misfit,
+    pairwise_tables,
+    unit_mask,
+)
+from inference.association.m_step import ConstraintKey, constrain, unconstrain
+from inference.association.map_em import WithParams, param_sites
+from inference.em.steps import (
+    Setting,
+    e_step_weights,
+    evaluator,
+    m_step,
+    m_step_objective,
+    marginals_of,
+    weights_from_marginals,
+    weights_from_states,
+)
+from inference.program.kwargs import join_args, split_args, split_model_kwargs
+
+__all__ = ["QUADRATIC_RTOL", "decisions", "prepare", "structure_checks", "starts", "finish",
+           "nonfinite_sites"]
+
+#: Relative misfit at or below which the M-step's objective is quadratic.
+QUADRATIC_RTOL = 1e-4
+
+
+def decisions(checks):
+    misfit, quadratic = np.asarray(checks)
+    return bool(misfit <= PAIRWISE_RTOL), bool(quadratic <= QUADRATIC_RTOL)
+
+
+def outside_dependence(model, args, kwargs, layout: DiscreteSites, rng_key):
+    """The sites outside the example plate whose log-density changes with the states."""
+    if layout.plate is None or not layout.num_units:
+        return []
+    cards = np.asarray(layout.cardinalities)
+    draws = np.floor(np.asarray(jax.random.uniform(
+        rng_key, (3, layout.num_examples, layout.num_units))) * cards).astype(np.int32)
+    values = []
+    for probe in [np.zeros_like(draws[0]), *draws]:
+        trace = handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=0),
+                                                   data=layout.unflatten(jnp.asarray(probe))))
+        trace = trace.get_trace(*args, **kwargs)
+        values.append({name: float(jnp.sum(site["fn"].log_prob(site["value"])))
+                       for name, site in trace.items()
+                       if site["type"] == "sample" and not any(
+                           f.name == layout.plate for f in site["cond_indep_stack"])})
+    return sorted(name for name in values[0]
+                  if any(abs(v[name] - values[0][name]) > 1e-6 * (1 + abs(values[0][name]))
+                         for v in values[1:]))
+
+
+def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites, search,
+             m_step, m_step_iterations, num_sweeps, max_joint_states) -> Setting:
+    """Check the program and work out how to fit it (eagerly, with clear errors)."""
+    found = param_sites(model, args, kwargs, first_key)
+    if not found:
+        raise ValueError("fit_em: the program has no numpyro.param site; fit_em learns the "
+                         "program's parameters, written as numpyro.param(name, init)")
+    unknown = sorted(set(init_params) - set(found))
+    if unknown:
+        raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
+                         f"parameters are {sorted(found)}")
+    constraints_key = tuple(sorted((name, ConstraintKey(constraint))
+                                   for name, (_, constraint) in found.items()))
+    first = {name: value for name, (value, _) in found.items()}
+    first.update(init_params)
+    wrapped = WithParams(model)
+    full = (first, *args)
+    layout = discrete_sites(wrapped, full, kwargs, sites, allow_none=True)
+    coupled = outside_dependence(wrapped, full, kwargs, layout, first_key)
+    if coupled:
+        raise ValueError(f"fit_em: the sites {coupled} lie outside the example plate "
+                         f"{layout.plate!r} and depend on the discrete sites "
+                         f"{list(layout.names)}: the examples are coupled, and EM needs them "
+                         "independent given the parameters")
+    joint = layout.num_joint_states
+    described = ", ".join(f"{name}: {size} unit(s) of {k} values" for name, size, k in
+                          zip(layout.names, layout.sizes, layout.values, strict=True))
+    fits = joint <= max_joint_states
+    if e_step in ("soft", "annealed") and not fits:
+        raise ValueError(
+            f"e_step={e_step!r} enumerates the joint states of an example's units, "
+            f"{joint:.4g} here ({described}), more than max_joint_states="
+            f"{max_joint_states}; use e_step='mean-field' (a factorised posterior) or "
+            "e_step='hard' with search='icm', or raise max_joint_states")
+    if search == "exact" and e_step == "hard" and not fits:
+        raise ValueError(
+            f"search='exact' enumerates {joint:.4g} joint states of an example ({described}), "
+            f"more than max_joint_states={max_joint_states}; use search='icm'")
+    dynamic, static = split_model_kwargs(kwargs)
+    traced, static_args = split_args(args)
+    noise_mode = None if noise is None else ("program" if noise == "program" else "float")
+    route = "enumerate"
+    closed_form = False
+    base = Setting(wrapped, static_args, static, layout, noise_mode, e_step, route,
+                   constraints_key, closed_form, m_step_iterations, num_sweeps)
+    noise_value = jnp.asarray(noise if isinstance(noise, float) else 1.0)
+    misfit, quadratic = np.asarray(structure_checks(unconstrain(first, {
+        n: c.constraint for n, c in constraints_key}), traced, dynamic, noise_value,
+        first_key, setting=base))
+    if e_step == "mean-field" and misfit <= PAIRWISE_RTOL:
+        route = "pairwise"
+    elif e_step == "mean-field" and not fits:
+        raise ValueError(
+            f"e_step='mean-field' needs the program's log-density pairwise in the units "
+            f"(each term coupling at most two of them; it misses that by {misfit:.3g} of its "
+            f"scale) or the joint states few enough to enumerate ({joint:.4g} here, "
+            f"{described}; max_joint_states={max_joint_states})")
+    elif e_step == "hard" and (search == "icm" or (search == "auto" and not fits)):
+        route = "icm"
+    real = all(isinstance(c.constraint, type(constraints.real)) for _, c in constraints_key)
+    if m_step != "lbfgs" and real:
+        closed_form = bool(quadratic <= QUADRATIC_RTOL)
+    if m_step == "closed" and not closed_form:
+        raise ValueError("m_step='closed': the expected log-joint is not quadratic in the "
+                         f"parameters {sorted(found)} (or some carry a constraint); pass "
+                         "m_step='auto' or 'lbfgs'")
+    return base._replace(route=route, closed_form=closed_form)
+
+
+@partial(jax.jit, static_argnames=("setting",))
+def structure_checks(unconstrained, traced, dynamic, noise_value, rng_key, *, setting):
+    """(pairwise misfit of the log-density in the units, quadratic misfit of the M-step
+    objective in the parameters) at ``unconstrained`` parameters."""
+    layout = setting.layout
+    constraint_of = {n: c.constraint for n, c in setting.constraints}
+    evaluate = evaluator(setting, constrain(unconstrained, constraint_of), traced, dynamic,
+                         noise_value)
+    if layout.num_units:
+        misfit = pairwise_misfit(pairwise_tables(evaluate, layout), evaluate, layout, rng_key)
+    else:
+        misfit = jnp.zeros(())
+    states = random_states(jax.random.fold_in(rng_key, 1), layout)
+    hard = setting._replace(e_step="hard")
+    objective = m_step_objective(hard, states, traced, dynamic, noise_value)
+    flat, unravel = ravel_pytree(unconstrained)
+
+    def f(vector):
+        return objective(unravel(vector))
+
+    value, gradient = jax.value_and_grad(f)(flat)
+    directions = jax.random.normal(jax.random.key(2), (3, flat.shape[0]), flat.dtype)
+    directions = directions * (1.0 + jnp.abs(flat))
+
+    def quadratic_misfit(delta):
+        curvature = jax.jvp(jax.grad(f), (flat,), (delta,))[1] @ delta
+        predicted = value + gradient @ delta + 0.5 * curvature
+        actual = f(flat + delta)
+        return jnp.abs(actual - predicted) / (1.0 + jnp.abs(actual) + jnp.abs(predicted))
+
+    quadratic = jnp.max(jax.vmap(quadratic_misfit)(directions))
+    quadratic = jnp.where(jnp.isfinite(quadratic), quadratic, jnp.inf)
+    return jnp.stack([misfit.astype(quadratic.dtype), quadratic])
+
+
+def random_states(rng_key, layout: DiscreteSites):
+    cards = jnp.asarray(layout.cardinalities, jnp.int32).reshape(1, -1)
+    draws = jax.random.uniform(rng_key, (layout.num_examples, layout.num_units))
+    return jnp.minimum(jnp.floor(draws * cards).astype(jnp.int32), cards - 1)
+
+
+def initial_params(key, traced, dynamic, init_params, setting: Setting):
+    model = setting.model.model
+    args = join_args(traced, setting.static_args)
+    kwargs = {**dynamic, **dict(setting.static_kwargs)}
+    trace = handlers.trace(handlers.seed(model, rng_seed=key)).get_trace(*args, **kwargs)
+    values = {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
+    values.update(init_params)
+    return unconstrain(values, {n: c.constraint for n, c in setting.constraints})
+
+
+@partial(jax.jit, static_argnames=("setting", "init"))
+def starts(keys, traced, dynamic, init_params, noise_value, *, setting, init):
+    """Every restart's start (unconstrained parameters, E-step weights) and the checks of
+    the kept structure at the first start."""
+    layout = setting.layout
+    mask = jnp.asarray(unit_mask(layout))
+
+    def one(key):
+        key_params, key_states = jax.random.split(key)
+        params = initial_params(key_params, traced, dynamic, init_params, setting)
+        if init == "posteriors":
+            q = jax.random.dirichlet(key_states, jnp.ones(layout.max_values),
+                                     (layout.num_examples, layout.num_units))
+            q = jnp.where(mask, q, 0.0)
+            q = q / jnp.sum(q, axis=-1, keepdims=True)
+            weights = weights_from_marginals(setting, q)
+        else:
+            states = random_states(key_states, layout)
+            q = jax.nn.one_hot(states, layout.max_values)
+            weights = weights_from_states(setting, states)
+        if init != "program":
+            params = m_step(setting, params, weights, traced, dynamic, noise_value)[0]
+        else:
+            q = jnp.where(mask, 1.0, 0.0) / jnp.sum(mask, axis=-1, keepdims=True)
+        carried = {"mean-field": q, "hard": jnp.argmax(q, axis=-1).astype(jnp.int32)}.get(
+            setting.e_step, jnp.zeros(()))
+        return params, carried
+
+    begun, carried = jax.vmap(one)(keys)
+    first = jax.tree.map(lambda leaf: leaf[0], begun)
+    measured = structure_checks(first, traced, dynamic, noise_value, keys[0], setting=setting)
+    return begun, carried, measured
+
+
+@partial(jax.jit, static_argnames=("setting",))
+def finish(params, carried, traced, dynamic, noise_value, *, setting):
+    """The best restart's E-step output at its final parameters (the states of the last
+    hard E-step, the mean-field q, or the exact posterior) and its per-unit marginals."""
+    if setting.e_step in ("hard", "mean-field"):
+        weights = carried
+    else:
+        constraint_of = {n: c.constraint for n, c in setting.constraints}
+        evaluate = evaluator(setting, constrain(params, constraint_of), traced, dynamic,
+                             noise_value)
+        weights = e_step_weights(setting._replace(e_step="soft"), evaluate, carried)
+    return weights, marginals_of(setting, weights)
+
+
+def nonfinite_sites(setting: Setting, params, weights, args, kwargs):
+    """Which sites' log-densities are not finite at ``params`` (a message)."""
+    layout = setting.layout
+    if setting.e_step == "hard":
+        states = weights
+    else:
+        states = jnp.argmax(marginals_of(setting, weights), axis=-1).astype(jnp.int32)
+    try:
+        trace = handlers.trace(handlers.substitute(handlers.seed(
+            setting.model, rng_seed=0), data=layout.unflatten(states))).get_trace(
+            params, *args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - reported, not raised
+        return f"the program fails at them: {error}"
+    bad = sorted(name for name, site in trace.items() if site["type"] == "sample"
+                 and not bool(jnp.all(jnp.isfinite(site["fn"].log_prob(site["value"])))))
+    bad_params = sorted(name for name, value in params.items()
+                        if not bool(jnp.all(jnp.isfinite(value))))
+    parts = []
+    if bad:
+        parts.append(f"non-finite log-density at sites {bad}")
+    if bad_params:
+        parts.append(f"non-finite parameters {bad_params}")
+    return "; ".join(parts) or "the objective alone is not finite"

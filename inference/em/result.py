@@ -1,0 +1,79 @@
+"""What :func:`inference.fit_em` returns: :class:`EMResult`."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+
+__all__ = ["EMResult", "objective_of", "OBJECTIVES"]
+
+#: Each E-step's objective: (name, direction: "max" it never decreases, "min" never
+#: increases, once the temperature is 1).
+OBJECTIVES = {"soft": ("log_likelihood", "max"), "annealed": ("log_likelihood", "max"),
+              "mean-field": ("free_energy", "min"), "hard": ("mean_energy", "min")}
+
+
+def objective_of(e_step: str) -> tuple[str, str]:
+    """(objective name, direction) of an E-step."""
+    return OBJECTIVES[e_step]
+
+
+class EMResult(NamedTuple):
+    """What :func:`inference.fit_em` returns (the best restart).
+
+    A point estimate of the parameters, so no ``to_inference_data``: it holds no draws
+    (NumPyro's NUTS on the same program gives them; :mod:`inference.engine.inference_data`).
+
+    Attributes
+    ----------
+    params : dict
+        ``numpyro.param`` name -> learned value (constrained).
+    states : dict or None
+        ``e_step="hard"``: discrete site name -> the examples' states (the site's shape;
+        int32; one-hot for a one-hot site). None otherwise.
+    posteriors : dict or None
+        The soft E-steps: site name -> each example's posterior probabilities at the
+        learned parameters, examples first: (num_examples, *unit shape, K) for a
+        categorical or one-hot site, (num_examples, *unit shape) marginals p(s = 1) for a
+        Bernoulli site. The exact marginals for ``"soft"`` and ``"annealed"``, the
+        factorised q for ``"mean-field"``. None for ``"hard"``.
+    objective : float
+        The final objective (``objective_name``).
+    objective_name : str
+        ``"log_likelihood"`` (soft, annealed: log p(x) summed over the examples, with the
+        terms outside the example plate), ``"free_energy"`` (mean-field: minus the
+        evidence lower bound), ``"mean_energy"`` (hard: the mean over examples of
+        -log p(x, z) at the states, in the units of ``noise``).
+    direction : str
+        ``"max"``: the objective never decreases over the iterations; ``"min"``: never
+        increases (for the annealed E-steps, once the temperature has reached 1).
+    converged : bool
+    num_iterations : int
+    trace : array (num_iterations,)
+        The objective after every iteration's M-step.
+    restart_objectives : array (num_restarts,)
+        Every restart's final objective.
+    e_step : str
+    closed_form : bool
+        Whether the M-step was solved in closed form (else L-BFGS).
+    temperatures : array (num_iterations,)
+        The temperature of every iteration's E-step (1 where not annealed).
+    numerical_issue : str or None
+        What was not finite, when the objective was not (a warning said so too).
+    """
+
+    params: dict
+    states: dict | None
+    posteriors: dict | None
+    objective: float
+    objective_name: str
+    direction: str
+    converged: bool
+    num_iterations: int
+    trace: jax.Array
+    restart_objectives: jax.Array
+    e_step: str
+    closed_form: bool
+    temperatures: jax.Array
+    numerical_issue: str | None = None
