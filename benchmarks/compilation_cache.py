@@ -50,7 +50,11 @@ select   iris 150 x 4               120.84    128.29     49.72        2.6      8
 =======  ========================  =======  ========  ========  =========  =======
 
 Writing the entries costs the cold process next to nothing (within the noise of one
-repeat); the folder held 0.3-0.6 MB per fit and 6.4 MB after ``select``.
+repeat); the folder held 0.3-0.6 MB per fit and 6.4 MB after ``select``. The cache skips
+XLA's compilation only: by ``jax.monitoring``'s events, the cold ``select`` run spent
+89 s compiling 825 programs, the warm one loaded all 863 requests from the folder in
+3 s and still spent about 20 s tracing and lowering them (JAX does that in every
+process) before the computation itself.
 """
 
 from __future__ import annotations
