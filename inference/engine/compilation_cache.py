@@ -193,8 +193,8 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0,
     """Turn on JAX's persistent compilation cache in ``path`` for this process.
 
     Every program that XLA compiles from then on is written to the folder, and a later
-    process that compiles the same program (same function, shapes, dtypes, JAX version
-    and XLA flags) loads it from there instead of compiling it again. The settings are
+    process that compiles the same program (same function, shapes, dtypes, jaxlib
+    version and XLA flags) loads it from there instead of compiling it again. The settings are
     JAX's own (``jax_compilation_cache_dir``,
     ``jax_persistent_cache_min_compile_time_secs``,
     ``jax_persistent_cache_min_entry_size_bytes``) and hold for the whole process.
@@ -247,7 +247,7 @@ def enable_compilation_cache(path=None, *, min_compile_time_secs: float = 0.0,
     Notes
     -----
     The cache is JAX's: the entries' names are hashes of the program, its compile
-    options, the XLA flags and JAX's version, so an upgrade of JAX or jaxlib starts
+    options, the XLA flags and jaxlib's version, so an upgrade of jaxlib starts
     afresh (delete the folder to reclaim the space). Entries hold code for the
     compiling machine's CPU: do not share a folder between different processors. A
     write that fails later (a full disk) is a JAX warning, printed once per program
