@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro import handlers
 
 from inference.association.program_sites import (
     check_observed_rows,
@@ -43,7 +44,8 @@ from inference.association.program_sites import (
     run_program,
 )
 
-__all__ = ["DiscreteSites", "discrete_sites", "discrete_kind", "log_joint"]
+__all__ = ["DiscreteSites", "discrete_sites", "discrete_kind", "log_joint",
+           "outside_dependence"]
 
 _BERNOULLI = (dist.BernoulliProbs, dist.BernoulliLogits)
 _CATEGORICAL = (dist.CategoricalProbs, dist.CategoricalLogits)
@@ -270,3 +272,24 @@ def log_joint(model, args, kwargs, layout: DiscreteSites, noise):
         return per_example_log_density(trace, layout.plate, layout.num_examples, dtype)
 
     return evaluate
+
+
+def outside_dependence(model, args, kwargs, layout: DiscreteSites, rng_key):
+    """The sites outside the example plate whose log-density changes with the states."""
+    if layout.plate is None or not layout.num_units:
+        return []
+    cards = np.asarray(layout.cardinalities)
+    draws = np.floor(np.asarray(jax.random.uniform(
+        rng_key, (3, layout.num_examples, layout.num_units))) * cards).astype(np.int32)
+    values = []
+    for probe in [np.zeros_like(draws[0]), *draws]:
+        trace = handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=0),
+                                                   data=layout.unflatten(jnp.asarray(probe))))
+        trace = trace.get_trace(*args, **kwargs)
+        values.append({name: float(jnp.sum(site["fn"].log_prob(site["value"])))
+                       for name, site in trace.items()
+                       if site["type"] == "sample" and not any(
+                           f.name == layout.plate for f in site["cond_indep_stack"])})
+    return sorted(name for name in values[0]
+                  if any(abs(v[name] - values[0][name]) > 1e-6 * (1 + abs(values[0][name]))
+                         for v in values[1:]))

@@ -41,6 +41,7 @@ from inference.association.base import (
     AssociationProblem,
     exact_search,
 )
+from inference.association.discrete_map import has_categorical_sites, map_discrete_states
 from inference.association.program_search import brute_force, generic_gibbs
 from inference.association.program_sites import (
     BinarySites,
@@ -116,6 +117,11 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     method : str
         ``"exact"`` or ``"gibbs"`` (any energy); ``"bp"``, ``"br"``, ``"mf"``,
         ``"br+mf"``, ``"dbp"``, ``"dbr"``, ``"tabu"`` (an energy quadratic in the units).
+        A program with categorical latent sites (``Categorical``, one-hot; with or
+        without Bernoulli sites): ``"exact"`` (every joint state of an example, at most
+        65,536 by default, ``method_options={"max_joint_states": ...}``) or ``"icm"``
+        (iterated conditional modes from several starts, ``num_starts``,
+        ``max_sweeps``); see :mod:`inference.association.discrete_map`.
     rng_key : jax.random key, optional
         Needed by the randomised methods (``"gibbs"``, ``"mf"``, ``"bp"``, ``"br"``,
         ``"br+mf"``, ``"tabu"``).
@@ -148,13 +154,23 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
     >>> map_states(program, x, F).states["s"].tolist()
     [[1, 0], [1, 1]]
     """
-    noise = _check_call(method, noise, rng_key)
     traced, static_args = split_args(args)
     dynamic, static = split_model_kwargs(kwargs)
     key = _plan_key(model, traced, dynamic, static_args, static, method, noise, sites,
                     method_options)
     plan = _PLANS.get(key)
     cached = plan is not None
+    if not cached and (_CATEGORICAL.get(key) or (
+            _CATEGORICAL.get(key) is None and _categorical(model, args, kwargs, sites, key))):
+        noise = _check_noise(noise)
+        if rng_key is not None:
+            check_rng_key(rng_key)
+        states, energy, converged = map_discrete_states(
+            model, args, kwargs, method=method, noise=noise, sites=sites,
+            options=method_options, rng_key=rng_key, traced=traced, dynamic=dynamic,
+            static_args=static_args, static_kwargs=static)
+        return MapStatesResult(states, energy, converged, None)
+    noise = _check_call(method, noise, rng_key)
     if not cached:
         plan = plan_map_states(model, args, kwargs, method=method, noise=noise, sites=sites,
                                options=method_options, rng_key=rng_key)
@@ -181,6 +197,15 @@ def map_states(model: Callable, *args, method: str = "exact", rng_key=None, nois
 
 #: Plans of recent calls, by program and argument shapes (see :func:`_plan_key`).
 _PLANS = SignatureCache(64)
+#: Whether the program of a signature has categorical sites (the route of
+#: :func:`inference.association.discrete_map.map_discrete_states`).
+_CATEGORICAL = SignatureCache(64)
+
+
+def _categorical(model, args, kwargs, sites, key) -> bool:
+    found = has_categorical_sites(run_program(model, args, dict(kwargs or {})), sites)
+    _CATEGORICAL.put(key, found)
+    return found
 
 
 def _plan_key(model, traced, dynamic, static_args, static_kwargs, method, noise, sites,

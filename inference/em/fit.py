@@ -33,7 +33,15 @@ import numpy as np
 
 from inference.association.discrete_tables import MAX_JOINT_STATES
 from inference.association.m_step import constrain
-from inference.em.plan import decisions, finish, nonfinite_sites, prepare, starts
+from inference.em.plan import (
+    decisions,
+    finish,
+    first_params,
+    nonfinite_sites,
+    prepare,
+    starts,
+    structure_checks,
+)
 from inference.em.result import EMResult, objective_of
 from inference.em.steps import EMState, em_step
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
@@ -229,19 +237,27 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
                search, m_step, m_step_iterations, num_sweeps, max_joint_states, init)
     key = SignatureCache.signature(model, (traced, dynamic, init_params), (static_args, static),
                                    options)
-    setting = _SETTINGS.get(key)
-    for attempt in range(2):
-        if setting is None:
-            setting = prepare(model, args, kwargs, start_keys[0], init_params, noise,
-                               e_step=e_step, sites=sites, search=search, m_step=m_step,
-                               m_step_iterations=m_step_iterations, num_sweeps=num_sweeps,
-                               max_joint_states=max_joint_states)
-        begun, weights0, checks = starts(start_keys, traced, dynamic, init_params,
-                                           noise_value, setting=setting, init=init)
-        if attempt or decisions(checks) == (setting.route == "pairwise", setting.closed_form):
-            break
-        setting = None  # the kept structure does not hold at these values: work it out
-    _SETTINGS.put(key, setting)
+    kept = _SETTINGS.get(key)
+    if kept is not None:
+        # A kept structure: check it again at this call's values (programs compiled by
+        # the call that kept it), and work it out afresh where it no longer holds.
+        setting, check_setting = kept
+        checks = structure_checks(first_params(start_keys[0], traced, dynamic, init_params,
+                                               setting=check_setting), traced, dynamic,
+                                  noise_value, start_keys[0], setting=check_setting)
+        if decisions(checks, check_setting) != (setting.route == "pairwise",
+                                                setting.closed_form):
+            kept = None
+    if kept is None:
+        kept = prepare(model, args, kwargs, start_keys[0], init_params, noise, e_step=e_step,
+                       sites=sites, search=search, m_step=m_step,
+                       m_step_iterations=m_step_iterations, num_sweeps=num_sweeps,
+                       max_joint_states=max_joint_states, traced=traced, dynamic=dynamic,
+                       noise_value=noise_value)
+    setting = kept[0]
+    _SETTINGS.put(key, kept)
+    begun, weights0 = starts(start_keys, traced, dynamic, init_params, noise_value,
+                             setting=setting, init=init)
     states0 = EMState(begun, weights0, jnp.full(num_restarts, jnp.inf, dtype),
                       jnp.zeros(num_restarts, jnp.int32))
     algorithm = Algorithm(em_step, options=(("setting", setting),), name="fit_em")
@@ -254,8 +270,8 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
     ranked = np.where(np.isnan(finals), np.inf, -finals if direction == "max" else finals)
     best = int(np.argmin(ranked))
     state, trace, count, converged = select(result, best)
-    weights, marginals = finish(state.params, state.weights, traced, dynamic, noise_value,
-                                 setting=setting)
+    weights = state.weights
+    marginals = finish(weights, setting=setting)
     constraint_of = {n: c.constraint for n, c in setting.constraints}
     learned = constrain(state.params, constraint_of)
     objective = float(state.objective)

@@ -18,7 +18,11 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from inference.association.discrete_sites import DiscreteSites, discrete_sites
+from inference.association.discrete_sites import (
+    DiscreteSites,
+    discrete_sites,
+    outside_dependence,
+)
 from inference.association.discrete_tables import (
     PAIRWISE_RTOL,
     pairwise_misfit,
@@ -29,9 +33,8 @@ from inference.association.m_step import ConstraintKey, constrain, unconstrain
 from inference.association.map_em import WithParams, param_sites
 from inference.em.steps import (
     Setting,
-    e_step_weights,
+    e_step,
     evaluator,
-    m_step,
     m_step_objective,
     marginals_of,
     weights_from_marginals,
@@ -39,42 +42,27 @@ from inference.em.steps import (
 )
 from inference.program.kwargs import join_args, split_args, split_model_kwargs
 
-__all__ = ["QUADRATIC_RTOL", "decisions", "prepare", "structure_checks", "starts", "finish",
+__all__ = ["QUADRATIC_RTOL", "decisions", "prepare", "structure_checks", "first_params",
+           "initial_params", "wants_quadratic", "starts", "finish",
            "nonfinite_sites"]
 
 #: Relative misfit at or below which the M-step's objective is quadratic.
 QUADRATIC_RTOL = 1e-4
 
 
-def decisions(checks):
+def decisions(checks, check_setting: Setting):
+    """(mean-field on the pairwise tables, M-step in closed form) from
+    :func:`structure_checks`' measures."""
     misfit, quadratic = np.asarray(checks)
-    return bool(misfit <= PAIRWISE_RTOL), bool(quadratic <= QUADRATIC_RTOL)
-
-
-def outside_dependence(model, args, kwargs, layout: DiscreteSites, rng_key):
-    """The sites outside the example plate whose log-density changes with the states."""
-    if layout.plate is None or not layout.num_units:
-        return []
-    cards = np.asarray(layout.cardinalities)
-    draws = np.floor(np.asarray(jax.random.uniform(
-        rng_key, (3, layout.num_examples, layout.num_units))) * cards).astype(np.int32)
-    values = []
-    for probe in [np.zeros_like(draws[0]), *draws]:
-        trace = handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=0),
-                                                   data=layout.unflatten(jnp.asarray(probe))))
-        trace = trace.get_trace(*args, **kwargs)
-        values.append({name: float(jnp.sum(site["fn"].log_prob(site["value"])))
-                       for name, site in trace.items()
-                       if site["type"] == "sample" and not any(
-                           f.name == layout.plate for f in site["cond_indep_stack"])})
-    return sorted(name for name in values[0]
-                  if any(abs(v[name] - values[0][name]) > 1e-6 * (1 + abs(values[0][name]))
-                         for v in values[1:]))
+    return (check_setting.e_step == "mean-field" and bool(misfit <= PAIRWISE_RTOL),
+            wants_quadratic(check_setting) and bool(quadratic <= QUADRATIC_RTOL))
 
 
 def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites, search,
-             m_step, m_step_iterations, num_sweeps, max_joint_states) -> Setting:
-    """Check the program and work out how to fit it (eagerly, with clear errors)."""
+             m_step, m_step_iterations, num_sweeps, max_joint_states, traced, dynamic,
+             noise_value) -> tuple[Setting, Setting]:
+    """Check the program and work out how to fit it (eagerly, with clear errors):
+    (the fit's setting, the setting of its :func:`structure_checks`)."""
     found = param_sites(model, args, kwargs, first_key)
     if not found:
         raise ValueError("fit_em: the program has no numpyro.param site; fit_em learns the "
@@ -110,18 +98,19 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
         raise ValueError(
             f"search='exact' enumerates {joint:.4g} joint states of an example ({described}), "
             f"more than max_joint_states={max_joint_states}; use search='icm'")
-    dynamic, static = split_model_kwargs(kwargs)
-    traced, static_args = split_args(args)
+    static = split_model_kwargs(kwargs)[1]
+    static_args = split_args(args)[1]
     noise_mode = None if noise is None else ("program" if noise == "program" else "float")
     route = "enumerate"
-    closed_form = False
+    # closed_form=True here asks the checks for the quadratic test (where m_step allows).
     base = Setting(wrapped, static_args, static, layout, noise_mode, e_step, route,
-                   constraints_key, closed_form, m_step_iterations, num_sweeps)
-    noise_value = jnp.asarray(noise if isinstance(noise, float) else 1.0)
-    misfit, quadratic = np.asarray(structure_checks(unconstrain(first, {
-        n: c.constraint for n, c in constraints_key}), traced, dynamic, noise_value,
-        first_key, setting=base))
-    if e_step == "mean-field" and misfit <= PAIRWISE_RTOL:
+                   constraints_key, m_step != "lbfgs", m_step_iterations, num_sweeps)
+    checks = structure_checks(first_params(first_key, traced, dynamic, init_params,
+                                           setting=base),
+                              traced, dynamic, noise_value, first_key, setting=base)
+    pairwise, quadratic = decisions(checks, base)
+    misfit = float(np.asarray(checks)[0])
+    if pairwise:
         route = "pairwise"
     elif e_step == "mean-field" and not fits:
         raise ValueError(
@@ -131,14 +120,19 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
             f"{described}; max_joint_states={max_joint_states})")
     elif e_step == "hard" and (search == "icm" or (search == "auto" and not fits)):
         route = "icm"
-    real = all(isinstance(c.constraint, type(constraints.real)) for _, c in constraints_key)
-    if m_step != "lbfgs" and real:
-        closed_form = bool(quadratic <= QUADRATIC_RTOL)
+    closed_form = quadratic
     if m_step == "closed" and not closed_form:
         raise ValueError("m_step='closed': the expected log-joint is not quadratic in the "
                          f"parameters {sorted(found)} (or some carry a constraint); pass "
                          "m_step='auto' or 'lbfgs'")
-    return base._replace(route=route, closed_form=closed_form)
+    return base._replace(route=route, closed_form=closed_form), base
+
+
+def wants_quadratic(setting: Setting) -> bool:
+    """Whether the M-step may be in closed form (every parameter unconstrained; the
+    setting's ``closed_form`` carries whether ``m_step`` allows it)."""
+    return setting.closed_form and all(
+        isinstance(c.constraint, type(constraints.real)) for _, c in setting.constraints)
 
 
 @partial(jax.jit, static_argnames=("setting",))
@@ -149,10 +143,11 @@ def structure_checks(unconstrained, traced, dynamic, noise_value, rng_key, *, se
     constraint_of = {n: c.constraint for n, c in setting.constraints}
     evaluate = evaluator(setting, constrain(unconstrained, constraint_of), traced, dynamic,
                          noise_value)
-    if layout.num_units:
+    misfit = jnp.zeros(())
+    if layout.num_units and setting.e_step == "mean-field":
         misfit = pairwise_misfit(pairwise_tables(evaluate, layout), evaluate, layout, rng_key)
-    else:
-        misfit = jnp.zeros(())
+    if not wants_quadratic(setting):
+        return jnp.stack([misfit, jnp.asarray(jnp.inf, misfit.dtype)])
     states = random_states(jax.random.fold_in(rng_key, 1), layout)
     hard = setting._replace(e_step="hard")
     objective = m_step_objective(hard, states, traced, dynamic, noise_value)
@@ -182,7 +177,15 @@ def random_states(rng_key, layout: DiscreteSites):
     return jnp.minimum(jnp.floor(draws * cards).astype(jnp.int32), cards - 1)
 
 
+@partial(jax.jit, static_argnames=("setting",))
+def first_params(key, traced, dynamic, init_params, *, setting):
+    """The first restart's initial parameters (unconstrained), compiled."""
+    return initial_params(key, traced, dynamic, init_params, setting)
+
+
 def initial_params(key, traced, dynamic, init_params, setting: Setting):
+    """A start's initial parameters (unconstrained): the program's initialisers under
+    ``key``, ``init_params`` in place of some."""
     model = setting.model.model
     args = join_args(traced, setting.static_args)
     kwargs = {**dynamic, **dict(setting.static_kwargs)}
@@ -194,8 +197,9 @@ def initial_params(key, traced, dynamic, init_params, setting: Setting):
 
 @partial(jax.jit, static_argnames=("setting", "init"))
 def starts(keys, traced, dynamic, init_params, noise_value, *, setting, init):
-    """Every restart's start (unconstrained parameters, E-step weights) and the checks of
-    the kept structure at the first start."""
+    """Every restart's start: unconstrained parameters (the program's initial values,
+    ``init_params`` in place) and the weights of its first M-step (random states, random
+    posteriors, or the E-step at the initial parameters for ``init="program"``)."""
     layout = setting.layout
     mask = jnp.asarray(unit_mask(layout))
 
@@ -212,32 +216,24 @@ def starts(keys, traced, dynamic, init_params, noise_value, *, setting, init):
             states = random_states(key_states, layout)
             q = jax.nn.one_hot(states, layout.max_values)
             weights = weights_from_states(setting, states)
-        if init != "program":
-            params = m_step(setting, params, weights, traced, dynamic, noise_value)[0]
-        else:
-            q = jnp.where(mask, 1.0, 0.0) / jnp.sum(mask, axis=-1, keepdims=True)
-        carried = {"mean-field": q, "hard": jnp.argmax(q, axis=-1).astype(jnp.int32)}.get(
-            setting.e_step, jnp.zeros(()))
-        return params, carried
+        if init == "program":  # the E-step at the program's own values
+            constraint_of = {n: c.constraint for n, c in setting.constraints}
+            evaluate = evaluator(setting, constrain(params, constraint_of), traced, dynamic,
+                                 noise_value)
+            uniform = jnp.where(mask, 1.0, 0.0) / jnp.sum(mask, axis=-1, keepdims=True)
+            previous = weights_from_marginals(setting, uniform)
+            weights = e_step(setting._replace(num_sweeps=1), evaluate, previous, 1.0,
+                             noise_value)[0]
+        return params, weights
 
-    begun, carried = jax.vmap(one)(keys)
-    first = jax.tree.map(lambda leaf: leaf[0], begun)
-    measured = structure_checks(first, traced, dynamic, noise_value, keys[0], setting=setting)
-    return begun, carried, measured
+    return jax.vmap(one)(keys)
 
 
 @partial(jax.jit, static_argnames=("setting",))
-def finish(params, carried, traced, dynamic, noise_value, *, setting):
-    """The best restart's E-step output at its final parameters (the states of the last
-    hard E-step, the mean-field q, or the exact posterior) and its per-unit marginals."""
-    if setting.e_step in ("hard", "mean-field"):
-        weights = carried
-    else:
-        constraint_of = {n: c.constraint for n, c in setting.constraints}
-        evaluate = evaluator(setting, constrain(params, constraint_of), traced, dynamic,
-                             noise_value)
-        weights = e_step_weights(setting._replace(e_step="soft"), evaluate, carried)
-    return weights, marginals_of(setting, weights)
+def finish(weights, *, setting):
+    """Per-unit marginals (N, n, K) of the best restart's last E-step (taken at its final
+    parameters)."""
+    return marginals_of(setting, weights)
 
 
 def nonfinite_sites(setting: Setting, params, weights, args, kwargs):

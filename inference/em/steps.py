@@ -56,8 +56,8 @@ from inference.em.lbfgs import minimize
 from inference.program.kwargs import join_args
 
 __all__ = ["EMState", "EMInfo", "Setting", "em_step", "evaluator", "m_step_objective",
-           "weights_from_states", "weights_from_marginals", "marginals_of", "objective_at",
-           "e_step_weights"]
+           "weights_from_states", "weights_from_marginals", "marginals_of", "e_step",
+           "enumerated_mean_field"]
 
 
 class Setting(NamedTuple):
@@ -175,40 +175,46 @@ def m_step(setting: Setting, params, weights, data, dynamic, noise_value):
     return minimize(objective, params, setting.m_step_iterations), jnp.asarray(True)
 
 
-def objective_at(setting: Setting, weights, evaluate):
-    """The fit's objective at the current parameters (``evaluate``) and E-step output:
-    the log-likelihood (soft, annealed), the free energy (mean-field), the mean energy
-    (hard; minus the mean log-joint, times 2 sigma^2 for a float noise)."""
+def e_step(setting: Setting, evaluate, previous, temperature, noise_value):
+    """The E-step at the current parameters: (the M-step weights, the fit's objective).
+
+    ``evaluate`` is the program's log-joint there, tempered by ``temperature`` T for the
+    annealed E-steps (the program under ``numpyro.handlers.scale(model, 1 / T)``); the
+    posterior is that program's, and the objective is the untempered one (every term of
+    the tempered log-joint times T): the log-likelihood (soft, annealed), the free energy
+    (mean-field), the mean energy of the states (hard; -log p, times 2 sigma^2 for a
+    float noise). ``previous``: the last E-step's weights (where the mean-field sweeps
+    and the coordinate ascent start)."""
     layout = setting.layout
-    outside = _outside(evaluate, layout)
+    outside = temperature * _outside(evaluate, layout)
     if setting.e_step in ("soft", "annealed"):
         table = log_joint_table(evaluate, layout, _states(setting))
-        return jnp.sum(table_posterior(table)[1]) + outside
-    if setting.e_step == "mean-field":
-        return -(expected_log_joint(setting, weights, evaluate) + jnp.sum(entropy(weights)))
-    return -jnp.mean(evaluate(weights)[0])
-
-
-def e_step_weights(setting: Setting, evaluate, previous):
-    """The E-step: the M-step weights at the current parameters (``evaluate``: the
-    program's log-joint there, tempered for the annealed E-steps)."""
-    layout = setting.layout
-    if setting.e_step in ("soft", "annealed"):
-        table = log_joint_table(evaluate, layout, _states(setting))
-        return table_posterior(table)[0]
+        posterior, _ = table_posterior(table)
+        return posterior, jnp.sum(table_posterior(temperature * table)[1]) + outside
     if setting.e_step == "mean-field":
         mask = unit_mask(layout)
         if setting.route == "pairwise":
             tables = pairwise_tables(evaluate, layout)
-            return mean_field_sweeps(tables, previous, mask, setting.num_sweeps)
-        table = log_joint_table(evaluate, layout, _states(setting))
-        return enumerated_mean_field(table, _states(setting), previous, mask,
-                                     setting.num_sweeps)
+            q = mean_field_sweeps(tables, previous, mask, setting.num_sweeps)
+            expected = jnp.sum(pairwise_value(tables, q))
+        else:
+            states = _states(setting)
+            table = log_joint_table(evaluate, layout, states)
+            q = enumerated_mean_field(table, states, previous, mask, setting.num_sweeps)
+            weight = jnp.prod(_gather(q, states), axis=-1)
+            expected = jnp.sum(jnp.where(weight > 0, weight * table, 0.0))
+        return q, -(temperature * expected + outside + jnp.sum(entropy(q)))
     if setting.route == "enumerate":
         table = log_joint_table(evaluate, layout, _states(setting))
         table = jnp.where(jnp.isnan(table), -jnp.inf, table)
-        return _states(setting)[jnp.argmax(table, axis=0)]
-    return coordinate_ascent(evaluate, layout, previous, 4 * layout.num_units + 8)[0]
+        best = jnp.argmax(table, axis=0)
+        states = _states(setting)[best]
+        values = jnp.take_along_axis(table, best[None], axis=0)[0]
+    else:
+        states, values, _ = coordinate_ascent(evaluate, layout, previous,
+                                              4 * layout.num_units + 8)
+    factor = 2.0 * jnp.square(noise_value) if setting.noise_mode == "float" else 1.0
+    return states, -factor * jnp.mean(values)
 
 
 def enumerated_mean_field(table, states, q, mask, num_sweeps):
@@ -244,26 +250,24 @@ def marginals_of(setting: Setting, weights):
 
 
 def em_step(rng_key, state, data, params, shard=None, *, setting):
-    """One EM iteration for one restart (the engine's step)."""
+    """One EM iteration for one restart (the engine's step): the M-step on the last
+    E-step's weights, then the E-step at the new parameters, which also gives the
+    objective there. A start's first iteration is its M-step from random states."""
     del rng_key, shard
     dynamic, noise_value, temperatures, tol = params
     constraint_of = _constraint_of(setting)
     count = temperatures.shape[0]
     temperature = temperatures[jnp.minimum(state.iteration, count - 1)]
-    theta = constrain(state.params, constraint_of)
+    new, solved = m_step(setting, state.params, state.weights, data[0], dynamic, noise_value)
     tempered = setting.e_step in ("annealed", "mean-field")
-    evaluate = evaluator(setting, theta, data[0], dynamic, noise_value,
+    evaluate = evaluator(setting, constrain(new, constraint_of), data[0], dynamic, noise_value,
                          temperature if tempered else None)
-    weights = e_step_weights(setting, evaluate, state.weights)
-    new, solved = m_step(setting, state.params, weights, data[0], dynamic, noise_value)
-    new_evaluate = evaluator(setting, constrain(new, constraint_of), data[0], dynamic,
-                             noise_value)
-    value = objective_at(setting, weights, new_evaluate)
+    weights, value = e_step(setting, evaluate, state.weights,
+                            temperature if tempered else 1.0, noise_value)
     change = jnp.abs(state.objective - value) / jnp.maximum(jnp.abs(value), 1e-30)
     settled = jnp.isfinite(state.objective) & (change <= tol)
     if setting.e_step == "hard":
         settled = settled | jnp.all(weights == state.weights)
     converged = settled & (temperature == 1.0)
-    carried = weights if setting.e_step in ("mean-field", "hard") else state.weights
-    return (EMState(new, carried, value, state.iteration + 1),
+    return (EMState(new, weights, value, state.iteration + 1),
             EMInfo(value, converged, temperature, ~solved))
