@@ -12,9 +12,10 @@ are importable from here.
 from inference.app.families import load_families
 from inference.app.selection import ModelSelectionResult, model_selection
 from inference.association.generic import numpyro_map_states
-from inference.association.map_em import MapEMResult, fit_map_em
+from inference.association.map_em import MapEMResult
 from inference.association.map_states import MapStatesResult, map_states
 from inference.em import EMResult, fit_em
+from inference.em.map_em import fit_map_em
 from inference.engine import persistence
 from inference.engine.compilation_cache import enable_compilation_cache
 from inference.engine.persistence import PersistenceError, load
