@@ -289,7 +289,8 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         warnings.warn(f"fit_em: the closed-form M-step met a Hessian that is not positive "
                       f"semi-definite at {failed} of {count} iterations and kept the "
                       "parameters there; pass m_step='lbfgs'", NumericalWarning, stacklevel=2)
-    warn_not_converged("fit_em", converged, max_iterations)
+    if issue is None:  # a non-finite objective has had its warning
+        warn_not_converged("fit_em", converged, max_iterations)
     layout = setting.layout
     states = posteriors = None
     if e_step == "hard":
