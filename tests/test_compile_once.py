@@ -31,16 +31,19 @@ import contextlib
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from numpyro.distributions import constraints
 
 from inference import (
     associate,
     compare_criteria,
     fit_clipped_gaussian,
     fit_clipped_gaussian_stream,
+    fit_em,
     fit_gvq,
     fit_gvq_stream,
     fit_map_em,
@@ -161,6 +164,23 @@ def gvq_with_params(x, num_features):
         numpyro.sample("x", dist.Normal(s @ features, 0.1).to_event(1), obs=x)
 
 
+def mixture_with_params(x, num_components):
+    """A Gaussian mixture with a categorical site and learned parameters (fit_em)."""
+    weights = numpyro.param("weights", jnp.ones(num_components) / num_components,
+                            constraint=constraints.simplex)
+    means = numpyro.param("means", jnp.zeros((num_components, x.shape[1])))
+    scale = numpyro.param("scale", 1.0, constraint=constraints.positive)
+    with numpyro.plate("data", x.shape[0]):
+        y = numpyro.sample("y", dist.Categorical(weights))
+        numpyro.sample("x", dist.Normal(means[y], scale).to_event(1), obs=x)
+
+
+def mixture_fixed(x, means):
+    with numpyro.plate("data", x.shape[0]):
+        y = numpyro.sample("y", dist.Categorical(jnp.ones(means.shape[0]) / means.shape[0]))
+        numpyro.sample("x", dist.Normal(means[y], 1.0).to_event(1), obs=x)
+
+
 _MCVQ_FIT = {}
 
 
@@ -195,6 +215,16 @@ CASES = {
                                            method="br", rng_key=key(i)),
     "fit_map_em": lambda i: fit_map_em(gvq_with_params, planted(i)[1], 3, rng_key=key(i),
                                        max_iterations=3, num_restarts=2),
+    "fit_em": lambda i: fit_em(mixture_with_params, blobs(i), 3, rng_key=key(i),
+                               max_iterations=5, num_restarts=2),
+    "fit_em[mean-field]": lambda i: fit_em(mixture_with_params, blobs(i), 3,
+                                           e_step="mean-field", rng_key=key(i),
+                                           max_iterations=5, num_restarts=2),
+    "fit_em[hard icm]": lambda i: fit_em(mixture_with_params, blobs(i), 3, e_step="hard",
+                                         search="icm", rng_key=key(i), max_iterations=5,
+                                         num_restarts=2),
+    "map_states[categorical]": lambda i: map_states(mixture_fixed, blobs(i),
+                                                    blobs(i)[:3] + 0.0, noise="program"),
     "fit_clipped_gaussian": lambda i: fit_clipped_gaussian(spins(i), 2),
     "fit_clipped_gaussian_stream": lambda i: fit_clipped_gaussian_stream(spins(i), 2,
                                                                          batch_size=30),
@@ -249,7 +279,7 @@ for _name in ("fit_mcvq", "fit_mcvq_stream", "fit_vb_mcvq", "fit_vb_mixture", "f
               "fit_mixture_stream", "select_num_components[J]", "fit_mixture[nearest]",
               "fit_mixture[mml pruning]", "infer_states", "reconstruct", "fit_clipped_gaussian",
               "fit_online_stream", "fit_gvq_stream", "fit_clipped_gaussian_stream",
-              "associate_sets", "map_states[br]"):
+              "associate_sets", "map_states[br]", "fit_em[mean-field]", "fit_em[hard icm]"):
     SLOW_CASES[_name] = CASES.pop(_name)
 
 
