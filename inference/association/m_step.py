@@ -33,6 +33,7 @@ from inference.program.kwargs import join_args
 
 __all__ = ["ConstraintKey", "Pattern", "colouring", "constrain", "hessian_support", "lbfgs",
            "mean_energy", "normal_equations", "quadratic_misfits", "quadratic_misfits_of",
+           "quadratic_misfits_of_objective",
            "unconstrain", "DENSE_PARAMETERS"]
 
 #: Parameters at most for the dense normal equations (else conjugate gradients).
@@ -94,11 +95,19 @@ def quadratic_misfits_of(unconstrained, args, dynamic, noise_value, model, stati
     kwargs = {**dynamic, **dict(static_kwargs)}
     args = join_args(args, static_args)
     states = probe_states(layout, 1)
-    flat, unravel = ravel_pytree(unconstrained)
+    return quadratic_misfits_of_objective(
+        lambda params: mean_energy(params, states, args, kwargs, layout, noise_mode,
+                                   noise_value, constraint_of, model), unconstrained)
+
+
+def quadratic_misfits_of_objective(objective, params):
+    """Whether ``objective`` (of a pytree of parameters) is quadratic: its value, gradient
+    and Hessian at ``params`` predict it at three random other points; returns the three
+    relative misfits (all small for a quadratic). Jittable."""
+    flat, unravel = ravel_pytree(params)
 
     def f(vector):
-        return mean_energy(unravel(vector), states, args, kwargs, layout, noise_mode,
-                            noise_value, constraint_of, model)
+        return objective(unravel(vector))
 
     value, gradient = jax.value_and_grad(f)(flat)
     directions = jax.random.normal(jax.random.key(2), (3, flat.shape[0]), flat.dtype)

@@ -63,7 +63,7 @@ from inference.program.kwargs import freeze_options, join_args, split_args, spli
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import check_positive_int, check_rng_key
 
-__all__ = ["MapEMResult", "fit_map_em", "WithParams", "param_sites"]
+__all__ = ["MapEMResult", "fit_map_em", "WithParams", "param_sites", "checked_params"]
 
 _RTOL = 1e-4
 
@@ -131,6 +131,24 @@ class _Info(NamedTuple):
     m_step_failed: jax.Array  # the closed form met a Hessian that is not PSD
     pattern_missed: jax.Array  # the Hessian had a non-zero outside the kept pattern
     num_changed: jax.Array  # examples whose states changed
+
+
+def checked_params(model, args, kwargs, rng_key, init_params, caller):
+    """The program's ``numpyro.param`` sites, checked: ((name, ConstraintKey) sorted,
+    name -> first value with ``init_params`` in place). Errors name ``caller``."""
+    found = _param_sites(model, args, kwargs, rng_key)
+    if not found:
+        raise ValueError(f"{caller}: the program has no numpyro.param site; {caller} learns "
+                         "the program's parameters, written as numpyro.param(name, init)")
+    unknown = sorted(set(init_params) - set(found))
+    if unknown:
+        raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
+                         f"parameters are {sorted(found)}")
+    constraints_key = tuple(sorted((name, ConstraintKey(constraint))
+                                   for name, (_, constraint) in found.items()))
+    first = {name: value for name, (value, _) in found.items()}
+    first.update(init_params)
+    return constraints_key, first
 
 
 def _param_sites(model, args, kwargs, rng_key):
@@ -309,18 +327,8 @@ def _fit_key(model, traced, dynamic, static_args, static_kwargs, init_params, se
 def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, sites,
              method_options, m_step, rng_key) -> _Prepared:
     """Check the program and work out its structure (eagerly, with clear errors)."""
-    found = _param_sites(model, args, kwargs, first_key)
-    if not found:
-        raise ValueError("the program has no numpyro.param site: fit_map_em learns the "
-                         "program's parameters, written as numpyro.param(name, init)")
-    unknown = sorted(set(init_params) - set(found))
-    if unknown:
-        raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
-                         f"parameters are {sorted(found)}")
-    constraints_key = tuple(sorted((name, ConstraintKey(constraint))
-                                   for name, (_, constraint) in found.items()))
-    first = {name: value for name, (value, _) in found.items()}
-    first.update(init_params)
+    constraints_key, first = checked_params(model, args, kwargs, first_key, init_params,
+                                            "fit_map_em")
     wrapped = _WithParams(model)
     plan = plan_map_states(wrapped, (first, *args), kwargs, method=method, noise=noise,
                            sites=sites, options=method_options, rng_key=rng_key)
@@ -337,7 +345,7 @@ def _prepare(model, args, kwargs, first_key, init_params, *, method, noise, site
                                                     plan.noise_value, **common))
     if m_step == "closed" and not closed_form:
         raise ValueError("m_step='closed': the program's mean energy is not quadratic in its "
-                         f"parameters {sorted(found)} (or some carry a constraint); pass "
+                         f"parameters {sorted(first)} (or some carry a constraint); pass "
                          "m_step='auto' or 'lbfgs'")
     pattern = None
     if closed_form:

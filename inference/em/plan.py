@@ -14,7 +14,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions import constraints
 
@@ -29,8 +28,12 @@ from inference.association.discrete_tables import (
     pairwise_tables,
     unit_mask,
 )
-from inference.association.m_step import ConstraintKey, constrain, unconstrain
-from inference.association.map_em import WithParams, param_sites
+from inference.association.m_step import (
+    constrain,
+    quadratic_misfits_of_objective,
+    unconstrain,
+)
+from inference.association.map_em import WithParams, checked_params
 from inference.em.steps import (
     Setting,
     e_step,
@@ -63,18 +66,8 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
              noise_value) -> tuple[Setting, Setting]:
     """Check the program and work out how to fit it (eagerly, with clear errors):
     (the fit's setting, the setting of its :func:`structure_checks`)."""
-    found = param_sites(model, args, kwargs, first_key)
-    if not found:
-        raise ValueError("fit_em: the program has no numpyro.param site; fit_em learns the "
-                         "program's parameters, written as numpyro.param(name, init)")
-    unknown = sorted(set(init_params) - set(found))
-    if unknown:
-        raise ValueError(f"init_params: the program has no numpyro.param site {unknown}; its "
-                         f"parameters are {sorted(found)}")
-    constraints_key = tuple(sorted((name, ConstraintKey(constraint))
-                                   for name, (_, constraint) in found.items()))
-    first = {name: value for name, (value, _) in found.items()}
-    first.update(init_params)
+    constraints_key, first = checked_params(model, args, kwargs, first_key, init_params,
+                                            "fit_em")
     wrapped = WithParams(model)
     full = (first, *args)
     layout = discrete_sites(wrapped, full, kwargs, sites, allow_none=True)
@@ -123,7 +116,7 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
     closed_form = quadratic
     if m_step == "closed" and not closed_form:
         raise ValueError("m_step='closed': the expected log-joint is not quadratic in the "
-                         f"parameters {sorted(found)} (or some carry a constraint); pass "
+                         f"parameters {sorted(first)} (or some carry a constraint); pass "
                          "m_step='auto' or 'lbfgs'")
     return base._replace(route=route, closed_form=closed_form), base
 
@@ -151,22 +144,7 @@ def structure_checks(unconstrained, traced, dynamic, noise_value, rng_key, *, se
     states = random_states(jax.random.fold_in(rng_key, 1), layout)
     hard = setting._replace(e_step="hard")
     objective = m_step_objective(hard, states, traced, dynamic, noise_value)
-    flat, unravel = ravel_pytree(unconstrained)
-
-    def f(vector):
-        return objective(unravel(vector))
-
-    value, gradient = jax.value_and_grad(f)(flat)
-    directions = jax.random.normal(jax.random.key(2), (3, flat.shape[0]), flat.dtype)
-    directions = directions * (1.0 + jnp.abs(flat))
-
-    def quadratic_misfit(delta):
-        curvature = jax.jvp(jax.grad(f), (flat,), (delta,))[1] @ delta
-        predicted = value + gradient @ delta + 0.5 * curvature
-        actual = f(flat + delta)
-        return jnp.abs(actual - predicted) / (1.0 + jnp.abs(actual) + jnp.abs(predicted))
-
-    quadratic = jnp.max(jax.vmap(quadratic_misfit)(directions))
+    quadratic = jnp.max(quadratic_misfits_of_objective(objective, unconstrained))
     quadratic = jnp.where(jnp.isfinite(quadratic), quadratic, jnp.inf)
     return jnp.stack([misfit.astype(quadratic.dtype), quadratic])
 
