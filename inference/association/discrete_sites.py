@@ -169,8 +169,8 @@ class DiscreteSites:
     def unflatten_marginals(self, marginals) -> dict:
         """Per-unit probabilities (num_examples, n, max_values) to site name -> array:
         for a Bernoulli site the probability of 1, the site's shape with the examples
-        first (num_examples, *shape); for a categorical or one-hot site the probabilities
-        of its K values, (num_examples, *shape, K)."""
+        first ``(num_examples, *shape)``; for a categorical or one-hot site the probabilities
+        of its K values, ``(num_examples, *shape, K)``."""
         out, start = {}, 0
         for name, kind, k, shape, size in zip(self.names, self.kinds, self.values,
                                               self.shapes, self.sizes, strict=True):

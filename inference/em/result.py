@@ -34,9 +34,9 @@ class EMResult(NamedTuple):
         int32; one-hot for a one-hot site). None otherwise.
     posteriors : dict or None
         The soft E-steps: site name -> each example's posterior probabilities at the
-        learned parameters, examples first: (num_examples, *unit shape, K) for a
-        categorical or one-hot site, (num_examples, *unit shape) marginals p(s = 1) for a
-        Bernoulli site. The exact marginals for ``"soft"`` and ``"annealed"``, the
+        learned parameters, examples first: ``(num_examples, *unit_shape, K)`` for a
+        categorical or one-hot site, ``(num_examples, *unit_shape)`` marginals p(s = 1) for
+        a Bernoulli site. The exact marginals for ``"soft"`` and ``"annealed"``, the
         factorised q for ``"mean-field"``. None for ``"hard"``.
     objective : float
         The final objective (``objective_name``).
