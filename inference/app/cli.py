@@ -5,7 +5,9 @@ prints the table and writes CSV, JSON and a PNG into ``--output-dir``
 (default ``./zoo-results``). ``reproduce`` runs the papers' experiments of
 ``examples/`` and writes a report of paper vs ours (:mod:`inference.app.reproduce`).
 ``select`` scores a family's candidate sizes on a user's data file by every
-criterion asked for (:mod:`inference.app.select_command`).
+criterion asked for (:mod:`inference.app.select_command`). ``study`` runs a study file's
+grid of model-selection rows on Dask, reports it and shows its progress
+(:mod:`inference.app.study`).
 
 Every command first turns on the persistent compilation cache
 (:func:`inference.enable_compilation_cache`), so that a program compiled by one run is
@@ -24,6 +26,7 @@ import textwrap
 import jax
 
 from inference.app.families import load_families
+from inference.app.study.command import add_study_parser
 from inference.engine.compilation_cache import ENV_VAR, default_cache_dir, enable_compilation_cache
 from ppl_models import __version__
 from ppl_models.registry import REGISTRY
@@ -170,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--restarts", type=int, default=3,
                         help="random starts per fit, the best kept (default 3)")
     select.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_study_parser(commands)
     return parser
 
 
@@ -230,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     from inference.app.compare import comparisons, run_comparison, save_comparison
 
     args = build_parser().parse_args(argv)
-    start_compilation_cache(args)
+    cache_folder = start_compilation_cache(args)
+    if args.command == "study":
+        from inference.app.study import command as study_command
+
+        return study_command.main(args, cache_folder)
     if args.command == "reproduce":
         from inference.app import reproduce
 
