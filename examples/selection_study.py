@@ -32,6 +32,14 @@ progress. The project's own rows are kept in the repository under
 ``docs/_data/selection_study/`` (pass it as ``--output-dir`` to add to them or report
 them).
 
+The same study is also a study file, ``examples/studies/selection.toml`` (without the
+shapes question below): ``--study FILE.toml`` runs the rows that a study file describes
+through ``ppl-zoo study``'s runner -- one Dask task per row on a local cluster of one
+worker per core, on a running scheduler with ``--scheduler ADDRESS``, or one after
+another here with ``--serial`` -- keeps them under ``<output-dir>/study-<name>/rows/`` and
+prints and writes the same tables, figures and JSON (``examples/studies/quick.toml`` is a
+small one; ``ppl-zoo study report FILE.toml`` prints the tables too).
+
 The evidence is judged decisive for a seed when its best candidate beats the runner-up
 by more than twice the combined standard error of the two SMC estimates; agreement is
 counted over decisive seeds only, since an undecided reference grades nothing.
@@ -85,17 +93,23 @@ import numpy as np
 
 from inference.app.reproduce import versions
 from inference.app.selection import model_selection, selectable_families
+from inference.app.study.tables import (  # noqa: F401 (the study's tables, used below and by tests)
+    best_agreement,
+    decisive,
+    family_block,
+    overall,
+    overall_table,
+    seeds_text,
+    spearman,
+    standardise,
+    summarise,
+    table,
+)
 from inference.engine.reporting import jsonable
 from ppl_models import clipped_gaussian, gvq, mcvq, mixture, ppca
 from ppl_models.diagnostics import ZooWarning
 
 LEVELS = ("separated", "overlapping", "few")
-
-
-def standardise(x):
-    x = np.asarray(x, np.float64)
-    x = x - x.mean(axis=0)
-    return (x / np.sqrt(np.mean(x ** 2))).astype(np.float32)
 
 
 class Study(NamedTuple):
@@ -274,23 +288,6 @@ def shapes_verdict(rows):
             "evidence_prefers_planted": for_planted, "seeds": n}, lines
 
 
-def spearman(a, b):
-    """Spearman's rank correlation of two vectors (NaN with fewer than 3 finite pairs or
-    a constant vector; ties share their mean rank, so equal values count as equal)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.shape != b.shape:  # a criterion or the evidence not computed
-        return float("nan")
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 3:
-        return float("nan")
-    from scipy.stats import rankdata
-
-    ra, rb = rankdata(a[ok]), rankdata(b[ok])  # ties get their mean rank
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
 def run_seed(name, study, level, seed, criteria, settings):
     """One seed of one level: data, model_selection, the row kept for the summary."""
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), LEVELS.index(level)),
@@ -370,159 +367,6 @@ def seed_row(out, name, study, level, seed, criteria, settings, fresh=False,
                       lambda: run_seed(name, study, level, seed, criteria, settings), fresh)
 
 
-def decisive(result):
-    """Whether the evidence's best candidate beats the runner-up by more than twice the
-    combined SE of the two estimates (None without the evidence)."""
-    if "evidence" not in result.values:
-        return None
-    values = np.asarray(result.values["evidence"], float)
-    errors = np.asarray(result.standard_errors["evidence"], float)
-    ok = np.isfinite(values) & np.isfinite(errors)
-    if ok.sum() < 2:
-        return False
-    order = np.argsort(np.where(ok, values, -np.inf))[::-1]
-    first, second = order[0], order[1]
-    return bool(values[first] - values[second] > 2 * np.hypot(errors[first], errors[second]))
-
-
-def _same(a, b):
-    return a is not None and b is not None and list(np.atleast_1d(a)) == list(np.atleast_1d(b))
-
-
-def summarise(rows, planted, criteria):
-    """Per criterion: hits, agreement with the evidence, mean Spearman rho, mean seconds."""
-    out = {}
-    for c in criteria:
-        chosen = [r["choice"].get(c) for r in rows]
-        evidence = [r["choice"].get("evidence") if r.get("decisive") else None for r in rows]
-        rhos = [spearman(r["values"].get(c, []), r["values"].get("evidence", []))
-                for r in rows] if c != "evidence" and "evidence" in criteria else []
-        rhos = [v for v in rhos if np.isfinite(v)]
-        out[c] = {"hits": sum(_same(v, planted) for v in chosen),
-                  "scored": sum(v is not None for v in chosen),
-                  "agree": sum(_same(v, e) for v, e in zip(chosen, evidence, strict=True)),
-                  "with_evidence": sum(e is not None and v is not None
-                                       for v, e in zip(chosen, evidence, strict=True)),
-                  "rho": float(np.mean(rhos)) if rhos else None,
-                  "seconds": float(np.mean([r["seconds"].get(c, np.nan) for r in rows]))}
-    if "evidence" in criteria:
-        ses = [e for r in rows for e in r["errors"].get("evidence", [])
-               if e is not None and np.isfinite(e)]
-        out["evidence"]["mean_se"] = float(np.mean(ses)) if ses else None
-        out["evidence"]["decisive"] = sum(bool(r.get("decisive")) for r in rows)
-    return out
-
-
-def overall(summary, criteria, seeds):
-    """Per criterion over every level: hits, agreement with the decisive evidence, mean
-    Spearman rho (of the levels' means) and mean seconds per seed (weighted by each
-    level's number of rows, ``seeds``: level -> rows)."""
-    out = {}
-    rows = sum(seeds[lv] for lv in summary)
-    for c in criteria:
-        rhos = [summary[lv][c]["rho"] for lv in summary if summary[lv][c]["rho"] is not None]
-        seconds = [(summary[lv][c]["seconds"], seeds[lv]) for lv in summary
-                   if np.isfinite(summary[lv][c]["seconds"])]
-        out[c] = {"hits": sum(summary[lv][c]["hits"] for lv in summary), "rows": rows,
-                  "agree": sum(summary[lv][c]["agree"] for lv in summary),
-                  "with_evidence": sum(summary[lv][c]["with_evidence"] for lv in summary),
-                  "rho": float(np.mean(rhos)) if rhos else None,
-                  "seconds": (float(sum(s * n for s, n in seconds) / sum(n for _, n in seconds))
-                              if seconds else None)}
-    return out
-
-
-def best_agreement(summary, criteria, seeds=None):
-    """The criterion (not the evidence itself) agreeing most often with the evidence over
-    every level, ties broken by mean rank correlation: its name, agreement, rho and mean
-    seconds per seed, beside the evidence's (``seeds``: level -> rows, default 1 each)."""
-    totals = overall(summary, criteria, seeds or dict.fromkeys(summary, 1))
-    best = None
-    for c in criteria:
-        if c == "evidence":
-            continue
-        t = totals[c]
-        key = (t["agree"] / t["with_evidence"] if t["with_evidence"] else -1.0,
-               -2.0 if t["rho"] is None else t["rho"])
-        if best is None or key > best[0]:
-            best = (key, c)
-    if best is None:
-        return None
-    t = totals[best[1]]
-    return {"criterion": best[1], "agree": t["agree"], "total": t["with_evidence"],
-            "rho": t["rho"], "seconds": t["seconds"],
-            "evidence_seconds": totals["evidence"]["seconds"] if "evidence" in totals else None}
-
-
-def overall_table(summary, criteria, seeds):
-    """Report lines: every criterion over all levels, best agreement with the evidence
-    first (by agreement, then rho), or by hits when the family has no evidence."""
-    totals = overall(summary, criteria, seeds)
-    with_evidence = "evidence" in criteria
-
-    def order(c):
-        t = totals[c]
-        if with_evidence:
-            return (c != "evidence", -(t["agree"] / t["with_evidence"] if t["with_evidence"]
-                                       else -1.0), -(t["rho"] if t["rho"] is not None else -2.0))
-        return (-t["hits"], t["seconds"] if t["seconds"] is not None else np.inf)
-
-    lines = ["all levels: hits / agreement with the decisive evidence / mean rho / mean "
-             "seconds per seed" if with_evidence else
-             "all levels: hits / mean seconds per seed (no reference evidence)"]
-    for c in sorted(criteria, key=order):
-        t = totals[c]
-        seconds = "-" if t["seconds"] is None else f"{t['seconds']:.3g}s"
-        if with_evidence:
-            agree = "ref" if c == "evidence" else f"{t['agree']}/{t['with_evidence']}"
-            rho = "-" if t["rho"] is None else f"{t['rho']:+.2f}"
-            lines.append(f"  {c:<10s}{t['hits']:>5d}/{t['rows']:<4d}{agree:>8s}{rho:>7s}"
-                         f"{seconds:>10s}")
-        else:
-            lines.append(f"  {c:<10s}{t['hits']:>5d}/{t['rows']:<4d}{seconds:>10s}")
-    return lines
-
-
-def seeds_text(seeds):
-    """"20 seed(s) per level", or "seeds: separated 20, overlapping 7" when they differ
-    (``seeds``: level -> number of rows)."""
-    counts = set(seeds.values())
-    if len(counts) == 1:
-        return f"{counts.pop()} seed(s) per level"
-    return "seeds: " + ", ".join(f"{lv} {n}" for lv, n in seeds.items())
-
-
-def table(name, planted, summary, criteria, seeds):
-    """The report lines of one family; ``seeds``: level -> number of rows."""
-    with_evidence = "evidence" in criteria
-    lines = [f"\n{name}: planted {planted}, {seeds_text(seeds)}; per level: hits / "
-             + ("agreement with the evidence where it is decisive / Spearman rho with the "
-                "evidence / seconds per seed" if with_evidence else
-                "seconds per seed (no reference evidence)")]
-    width = 32 if with_evidence else 17
-    header = f"{'criterion':<10s}" + "".join(f"{lv:>{width}s}" for lv in summary)
-    lines.append(header)
-    for c in criteria:
-        row = f"{c:<10s}"
-        for lv in summary:
-            s = summary[lv][c]
-            row += f"{s['hits']:>8d}/{seeds[lv]:<3d}"
-            if with_evidence:
-                rho = "-" if s["rho"] is None else f"{s['rho']:+.2f}"
-                agree = f"{s['agree']}/{s['with_evidence']}" if c != "evidence" else "ref"
-                row += f"{agree:>8s}{rho:>7s}"
-            row += f"{s['seconds']:>5.1f}s" if not with_evidence else f"{s['seconds']:>8.1f}s"
-        lines.append(row)
-    if "evidence" in criteria:
-        ses = [summary[lv]["evidence"].get("mean_se") for lv in summary]
-        lines.append("evidence decisive (best beats runner-up by > 2 SE) in: " + ", ".join(
-            f"{lv} {summary[lv]['evidence']['decisive']}/{seeds[lv]}" for lv in summary))
-        lines.append("evidence SE (nats per example, mean): " + ", ".join(
-            f"{lv} {se:.4f}" if se is not None else f"{lv} -" for lv, se in zip(summary, ses,
-                                                                                 strict=True)))
-    return lines
-
-
 def plot(path, name, planted, summary, criteria, seeds):
     """Per criterion and level: the fraction of seeds choosing the planted size, and
     (with the evidence) the fraction of decisive seeds choosing what the evidence chose."""
@@ -553,6 +397,81 @@ def plot(path, name, planted, summary, criteria, seeds):
     axes[0].legend(fontsize=8, ncol=len(summary), loc="upper center")
     fig.suptitle(f"{name}: planted {planted}, {seeds_text(seeds)}")
     save_figure(fig, path)
+
+
+def family_result(out, name, planted, candidates, criteria, rows, summary, levels):
+    """(report lines, JSON entry) of one family: its tables (printed) and its figure
+    (``rows`` and ``summary``: level -> the level's rows and their summary)."""
+    counts = {lv: len(r) for lv, r in rows.items()}
+    block, best = family_block(name, planted, summary, criteria, counts)
+    print("\n".join(block), flush=True)
+    figure = out / f"selection_study_{name}.png"
+    try:
+        plot(figure, name, planted, summary, criteria, counts)
+    except ImportError:
+        figure = None
+    return block, {
+        "planted": list(planted) if isinstance(planted, tuple) else planted,
+        "criteria": list(criteria), "levels": {lv: levels[lv] for lv in summary},
+        "seeds": counts, "candidates": [list(c) if isinstance(c, tuple) else c
+                                        for c in candidates],
+        "summary": summary, "overall": overall(summary, criteria, counts), "best": best,
+        "report": block, "runs": rows, "figure": None if figure is None else figure.name}
+
+
+def run_study_file(args, parser):
+    """``--study FILE``: the rows of a study file (``examples/studies/selection.toml`` is
+    this study) computed by ppl-zoo's study runner -- on a Dask cluster, or one after
+    another here with ``--serial`` -- and kept under ``<output-dir>/study-<name>/rows/``
+    (a later run reuses them), then the same tables, figures and JSON as above."""
+    from inference.app.study import StudyError, load_study, run_study, study_report
+    from inference.engine.compilation_cache import default_cache_dir
+
+    given = [flag for flag, value in (
+        ("--quick", args.quick), ("--seeds", args.seeds), ("--families", args.families),
+        ("--levels", args.levels), ("--only-seeds", args.only_seeds), ("--fresh", args.fresh),
+        ("--shapes-seeds", args.shapes_seeds)) if value]
+    if given:
+        parser.error(f"--study takes the families, levels, seeds and settings from the file; "
+                     f"drop {given}")
+    try:
+        study = load_study(args.study)
+    except StudyError as error:
+        parser.error(str(error))
+    start = time.perf_counter()
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    store = out / f"study-{study.name}"
+    if not args.saved_only:
+        run = run_study(study, output_dir=store, scheduler=args.scheduler,
+                        workers=args.workers, serial=args.serial, cache_dir=default_cache_dir())
+        print(f"{run.reused} rows reused, {run.computed} computed ({run.failed} failed) in "
+              f"{run.seconds:.0f} s", flush=True)
+    report, tables = study_report(study, store)
+    print(report[0])
+    seeds = max(len(s.seeds) for s in study.data.values())
+    results = {"settings": {"study": str(args.study), "seeds": seeds,
+                            "families": [m.label for m in study.models],
+                            "settings": study.settings}, "families": {}}
+    lines = ["Model-selection study: each criterion against the reference log evidence "
+             f"(adaptive tempered SMC), from {args.study}"]
+    for entry in study.models:
+        table_of = tables.get(entry.label)
+        if table_of is None or table_of["summary"] is None:
+            continue
+        source = study.data[entry.data]
+        levels = getattr(source, "levels", None) or {}
+        block, results["families"][entry.label] = family_result(
+            out, entry.label, entry.planted, entry.candidates or (), table_of["criteria"],
+            table_of["rows"], table_of["summary"], {lv: levels.get(lv) for lv in
+                                                    table_of["summary"]})
+        lines += block
+    results["seconds"] = time.perf_counter() - start
+    results["report"] = lines
+    path = out / "selection_study.json"
+    path.write_text(json.dumps(jsonable(results), indent=1))
+    print(f"wrote {path}")
+    return results
 
 
 def main(argv=None):
@@ -592,7 +511,20 @@ def main(argv=None):
     parser.add_argument("--saved-only", action="store_true",
                         help="compute nothing: report the rows saved under --output-dir "
                              "(a study in progress; each level's table counts its own rows)")
+    parser.add_argument("--study", metavar="FILE.toml", default=None,
+                        help="run the study that a study file describes (e.g. "
+                             "examples/studies/selection.toml, this study without the shapes "
+                             "question) through ppl-zoo's study runner, then report it as here")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                        help="with --study: the Dask scheduler to run on (default: a "
+                             "LocalCluster of one worker per core)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="with --study: the LocalCluster's worker processes")
+    parser.add_argument("--serial", action="store_true",
+                        help="with --study: compute the rows one after another here, no Dask")
     args = parser.parse_args(argv)
+    if args.study is not None:
+        return run_study_file(args, parser)
     seeds = (1 if args.quick else 20) if args.seeds is None else args.seeds
     levels = (("separated",) if args.quick else LEVELS) if args.levels is None \
         else tuple(args.levels)
@@ -654,32 +586,9 @@ def main(argv=None):
         if not summary:
             print(f"{name}: no saved rows under {out / 'runs' / name}")
             continue
-        counts = {lv: len(r) for lv, r in rows.items()}
-        planted = list(study.planted) if isinstance(study.planted, tuple) else study.planted
-        best = best_agreement(summary, criteria, counts)
-        block = table(name, study.planted, summary, criteria, counts)
-        block += overall_table(summary, criteria, counts)
-        if best is not None and "evidence" in criteria:
-            rho = "-" if best["rho"] is None else f"{best['rho']:+.2f}"
-            cost = ("" if best["seconds"] is None or best["evidence_seconds"] is None else
-                    f", {best['seconds']:.3g} s per seed against the evidence's "
-                    f"{best['evidence_seconds']:.3g} s")
-            block.append(f"best agreement with the evidence: {best['criterion']} "
-                         f"({best['agree']}/{best['total']} choices, mean rho {rho}{cost})")
-        print("\n".join(block), flush=True)
+        block, results["families"][name] = family_result(
+            out, name, study.planted, study.candidates, criteria, rows, summary, study.levels)
         lines += block
-        figure = out / f"selection_study_{name}.png"
-        try:
-            plot(figure, name, study.planted, summary, criteria, counts)
-        except ImportError:
-            figure = None
-        results["families"][name] = {
-            "planted": planted, "criteria": list(criteria), "levels": {
-                lv: study.levels[lv] for lv in summary}, "seeds": counts,
-            "candidates": [list(c) if isinstance(c, tuple) else c for c in study.candidates],
-            "summary": summary, "overall": overall(summary, criteria, counts), "best": best,
-            "report": block, "runs": rows,
-            "figure": None if figure is None else figure.name}
     shapes_seeds = (0 if args.quick else 5) if args.shapes_seeds is None else args.shapes_seeds
     if shapes_seeds > 0 and "mcvq" in families:
         shapes_rows = []

@@ -82,6 +82,25 @@ def score(x, candidates, *, criteria, rng_key, counter=None, sleep=0.0, fail=Fal
 '''
 
 
+PPCA_STUDY = '''
+[settings]
+restarts = 2
+[data.ppca]
+generator = "ppl_models.ppca:generate"
+args = { dim = 6, num_components = 2 }
+standardise = true
+seeds = [1]
+[data.ppca.levels]
+separated = { num_examples = 50, noise = 0.3 }
+[[models]]
+family = "ppca"
+data = "ppca"
+planted = 2
+candidates = [1, 2, 3]
+criteria = ["bic", "aic", "laplace"]
+'''
+
+
 def _study_text(programs="programs.py", seeds=3, levels=2, counter="", extra="", sleep=0.0,
                 offset=0.0, fail=False, kill_marker=""):
     options = [f'counter = "{counter}"'] if counter else []
@@ -197,25 +216,8 @@ criteria = ["train", "bic", "aic", "laplace"]
 def test_rows_equal_those_of_the_selection_study_example(load_example, tmp_path):
     """A generator row is the example's ``run_seed`` row: same data, keys and settings."""
     example = load_example("selection_study")
-    text = '''
-[settings]
-restarts = 2
-[data.ppca]
-generator = "ppl_models.ppca:generate"
-args = { dim = 6, num_components = 2 }
-standardise = true
-seeds = [1]
-[data.ppca.levels]
-separated = { num_examples = 50, noise = 0.3 }
-[[models]]
-family = "ppca"
-data = "ppca"
-planted = 2
-candidates = [1, 2, 3]
-criteria = ["bic", "aic", "laplace"]
-'''
     path = tmp_path / "ppca.toml"
-    path.write_text(text)
+    path.write_text(PPCA_STUDY)
     run = run_study(load_study(path), output_dir=tmp_path / "out", serial=True,
                     progress=False)
     (record,) = run.rows.values()
@@ -227,6 +229,25 @@ criteria = ["bic", "aic", "laplace"]
     ours = record["row"]
     assert ours["values"] == {c: [float(v) for v in vs] for c, vs in theirs["values"].items()}
     assert ours["choice"] == theirs["choice"] and ours["num_examples"] == 50
+
+
+def test_the_selection_study_example_runs_a_study_file(load_example, run_example, tmp_path):
+    example = load_example("selection_study")
+    path = tmp_path / "ppca.toml"
+    path.write_text(PPCA_STUDY)
+    data = run_example(example, ["--study", str(path), "--serial", "--output-dir",
+                                 str(tmp_path)])
+    family = data["families"]["ppca"]
+    assert family["seeds"] == {"separated": 1} and family["summary"]["separated"]["bic"][
+        "hits"] == 1
+    assert "ppca: planted 2, 1 seed(s) per level" in data["printed"]
+    assert (tmp_path / "selection_study.json").exists()
+    assert len(list((tmp_path / "study-ppca" / "rows").glob("*.json"))) == 1
+    again = run_example(example, ["--study", str(path), "--saved-only", "--output-dir",
+                                  str(tmp_path)])
+    assert again["families"]["ppca"]["summary"] == family["summary"]
+    with pytest.raises(SystemExit):
+        example.main(["--study", str(path), "--quick"])
 
 
 def test_an_interrupted_run_restarted_recomputes_no_finished_row(client, tmp_path):

@@ -74,18 +74,24 @@ def prepare_process(setup: dict | None) -> None:
     if not started:
         os.environ.update(worker_environment(setup))
     if setup.get("cache_dir"):
-        import jax
-
-        from inference.engine.compilation_cache import enable_compilation_cache
-
-        folder = enable_compilation_cache(setup["cache_dir"])
-        # as the ppl-zoo command does: jaxlib logs a false CPU mismatch for every program
-        # it loads from the cache on some processors, unless the user chose a log level
-        chosen = (jax.config.jax_logging_level not in (None, "NOTSET")
-                  or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1")
-        if folder is not None and not chosen:
-            jax.config.update("jax_logging_level", "CRITICAL")
+        start_cache(setup["cache_dir"])
     _PREPARED["setup"] = setup
+
+
+def start_cache(folder):
+    """Turn on the persistent compilation cache in ``folder`` and, as the ``ppl-zoo``
+    command does, quiet XLA's log unless the user chose a level (jaxlib logs a false
+    CPU mismatch for every program it loads from the cache on some processors)."""
+    import jax
+
+    from inference.engine.compilation_cache import enable_compilation_cache
+
+    folder = enable_compilation_cache(folder)
+    chosen = (jax.config.jax_logging_level not in (None, "NOTSET")
+              or os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") != "1")
+    if folder is not None and not chosen:
+        jax.config.update("jax_logging_level", "CRITICAL")
+    return folder
 
 
 def _draw(spec, key):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inference.app.study.plan import RowSpec, plan_rows
-from inference.app.study.rows import execute_row, record_of, worker_environment
+from inference.app.study.rows import execute_row, record_of, start_cache, worker_environment
 from inference.app.study.spec import Study, StudyError
 from inference.app.study.store import RowStore
 
@@ -232,9 +232,7 @@ def run_study(study: Study, *, output_dir=None, scheduler: str | None = None,
     try:
         if serial:
             if cache_dir is not None:
-                from inference.engine.compilation_cache import enable_compilation_cache
-
-                enable_compilation_cache(cache_dir)
+                start_cache(cache_dir)
             for spec in todo:
                 finish(execute_row(spec, str(store.folder), None))
         elif todo:
