@@ -227,6 +227,23 @@ def adapt_compilation_cache(data):
     return rows
 
 
+def adapt_generic_em(data):
+    """One row per comparison: fit_em against fit_mixture on the mixture program (ratio
+    fit_mixture / fit_em, below 1 where the generic path is slower) and against SVI to the
+    same log-likelihood (ratio SVI / fit_em; ">" where SVI never reaches it)."""
+    rows = []
+    for r in _get(data, "rows", default=[]):
+        method = r.get("method")
+        if r.get("part") == "svi":
+            method = f"{method} on {r.get('program')}"
+        elif r.get("case"):
+            method = f"{method} ({r['case']})"
+        rows.append(row("generic_em", method, r.get("peer"), r.get("size"),
+                        _get(r, "ours", "median_s"), "s", r.get("ratio"), None, r.get("met"),
+                        r.get("note") or ""))
+    return rows
+
+
 _TIME_KEYS = ("median_s", "time_s", "seconds", "time", "median", "ours", "sharded", "fit",
               "em_pass_s")
 _RATIO_KEYS = ("ratio", "speedup", "ratio_core", "speedup_over_peer")
@@ -267,7 +284,7 @@ ADAPTERS = {"association_exact": adapt_association_exact, "association": adapt_a
             "association_choice": adapt_association_choice,
             "gvq_learning": adapt_gvq_learning, "clipped": adapt_clipped, "mcvq": adapt_mcvq,
             "mixture": adapt_mixture, "model_selection": adapt_model_selection,
-            "compilation_cache": adapt_compilation_cache}
+            "compilation_cache": adapt_compilation_cache, "generic_em": adapt_generic_em}
 
 
 def adapt(name, data) -> list[dict]:
