@@ -217,6 +217,15 @@ def test_annealed_schedule_ends_at_one_and_then_never_decreases(x):
     assert np.all(np.diff(trace) >= -1e-5 * np.abs(trace[1:]))
 
 
+@pytest.mark.parametrize("e_step", ["soft", "mean-field", "hard"])
+def test_init_program_starts_at_the_given_parameters(soft, x, e_step):
+    """init="program" with init_params: the first E-step at those values, then EM; from
+    the soft fit's optimum every E-step stays there."""
+    fit = fit_em(mixed, x, e_step=e_step, rng_key=jax.random.key(5), init="program",
+                 init_params=soft.params, num_restarts=1, max_iterations=40)
+    np.testing.assert_allclose(fit.params["mu"], soft.params["mu"], atol=0.05)
+
+
 def test_fit_map_em_takes_categorical_sites_in_the_limit(x):
     """fit_map_em on a categorical program is hard-cut EM; with noise=None, k-means."""
     def kmeans(x):

@@ -199,6 +199,7 @@ def starts(keys, traced, dynamic, init_params, noise_value, *, setting, init):
             evaluate = evaluator(setting, constrain(params, constraint_of), traced, dynamic,
                                  noise_value)
             uniform = jnp.where(mask, 1.0, 0.0) / jnp.sum(mask, axis=-1, keepdims=True)
+            uniform = jnp.broadcast_to(uniform, (layout.num_examples, *uniform.shape))
             previous = weights_from_marginals(setting, uniform)
             weights = e_step(setting._replace(num_sweeps=1), evaluate, previous, 1.0,
                              noise_value)[0]
