@@ -35,7 +35,7 @@ from inference.app.study import (
     study_report,
     study_status,
 )
-from inference.app.study.rows import worker_environment
+from inference.app.study.runner import local_cluster
 from inference.app.study.store import RowStore
 
 distributed = pytest.importorskip("distributed")
@@ -159,9 +159,8 @@ def _numbers(record: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def client():
-    setup = {"single_thread": True, "jax_platforms": "cpu"}
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       env=worker_environment(setup), dashboard_address=None)
+    cluster = local_cluster(2, 1, {"single_thread": True, "jax_platforms": "cpu"})
+    assert cluster.scheduler_info and len(cluster.workers) == 2
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()

@@ -32,7 +32,7 @@ from inference.app.study.rows import execute_row, record_of, start_cache, worker
 from inference.app.study.spec import Study, StudyError
 from inference.app.study.store import RowStore
 
-__all__ = ["StudyRun", "default_workers", "require_distributed", "run_study"]
+__all__ = ["StudyRun", "default_workers", "local_cluster", "require_distributed", "run_study"]
 
 EXTRA_HINT = 'pip install "ppl-zoo[study]"'
 
@@ -54,6 +54,29 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def local_cluster(workers: int | None = None, threads_per_worker: int | None = None,
+                  setup: dict | None = None):
+    """A ``distributed.LocalCluster`` of worker processes set up for a study's rows.
+
+    ``workers`` processes (default one per core) of ``threads_per_worker`` threads
+    (default 1), with the environment of ``setup`` (XLA's flags for one thread per
+    computation, ``JAX_PLATFORMS``; :func:`~inference.app.study.rows.worker_environment`)
+    and without the ``MALLOC_TRIM_THRESHOLD_=65536`` that Dask's nanny sets by default:
+    it makes glibc return memory to the system on every large free, and NumPy and
+    XLA rows that allocate arrays of a few hundred kilobytes in a loop ran up to twice
+    as slowly with it on this project's machine. No dashboard is started unless
+    ``bokeh`` is installed (then on a free port: ``client.dashboard_link``).
+    """
+    distributed = require_distributed()
+    import dask
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return distributed.LocalCluster(
+            n_workers=workers or default_workers(), threads_per_worker=threads_per_worker or 1,
+            processes=True, env=worker_environment(setup), dashboard_address=":0",
+            silence_logs=logging.ERROR)
 
 
 @dataclass
@@ -133,10 +156,7 @@ def _run_dask(todo, store, setup, finish, *, client, scheduler, workers, threads
         if scheduler:
             client = own_client = _connect(distributed, scheduler, timeout, where)
         else:
-            own_cluster = distributed.LocalCluster(
-                n_workers=workers or default_workers(), threads_per_worker=threads or 1,
-                processes=True, env=worker_environment(setup), dashboard_address=None,
-                silence_logs=logging.ERROR)
+            own_cluster = local_cluster(workers, threads, setup)
             client = own_client = distributed.Client(own_cluster)
     run.startup_seconds = time.perf_counter() - started
     folder = str(store.folder.resolve())
