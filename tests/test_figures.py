@@ -11,6 +11,7 @@ synthetic results here.
 import contextlib
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -320,6 +321,19 @@ def test_your_own_program_figure(load_example, tmp_path):
             enumerate(methods)]
     rows[3]["error"] = "not applicable"
     assert_reads_well(example.figure, rows, tmp_path / "y.png")
+
+
+def test_em_your_program_figure(load_example, tmp_path):
+    example = load_example("em_your_program")
+    rng = np.random.default_rng(6)
+    methods = ("planted parameters", "soft EM", "annealed EM (T from 10)", "mean-field EM",
+               "hard EM", "SVI, TraceEnum_ELBO", "NUTS", "NUTS from soft EM")
+    rows = [dict(program=program, method=method, log_likelihood=-200.0 - 300.0 * (i == 2))
+            for program in ("regressions", "causes") for i, method in enumerate(methods)]
+    t = rng.uniform(-2.0, 2.0, 60)
+    truth = dict(intercepts=np.array([-2.0, 0.0, 2.0]), slopes=np.array([1.0, -1.0, 0.5]))
+    fit = SimpleNamespace(params=truth, posteriors={"c": rng.dirichlet(np.ones(3), 60)})
+    assert_reads_well(example.figure, rows, ((t, t), truth), fit, tmp_path / "e.png")
 
 
 def test_mcvq_text_figure(load_example, tmp_path):

@@ -107,6 +107,20 @@ def test_your_own_program_section_runs():
     assert states.states["s"].shape == (200, 5)
 
 
+@pytest.mark.slow
+def test_em_on_your_own_program_section_runs():
+    namespace = _run_python_block("fit_em(")
+    fit, both, hard, log_p = (namespace[name] for name in ("fit", "both", "hard", "log_p"))
+    assert (fit.objective_name, fit.direction) == ("log_likelihood", "max")
+    assert fit.posteriors["c"].shape == (200, 3) and both.posteriors["s0"].shape == (200,)
+    assert hard.states["c"].shape == (200,) and hard.objective_name == "mean_energy"
+    # fit_em's objective is NumPyro's enumerated log-likelihood, at or above SVI's.
+    assert abs(float(log_p["fit_em"]) - fit.objective) <= 1e-4 * abs(fit.objective)
+    assert float(log_p["fit_em"]) >= float(log_p["SVI"]) - 0.5
+    assert sorted(float(b) for b in fit.params["slopes"]) == pytest.approx([-1.0, 0.5, 1.0],
+                                                                          abs=0.1)
+
+
 def _page_blocks(name):
     """The Python blocks of a documentation page that run as written (a sketch with
     ``...`` placeholders is not meant to)."""
