@@ -63,9 +63,15 @@ DEFAULT_RESTARTS = 8
 _INITS = ("states", "posteriors", "program")
 
 
-def annealing_schedule(start: float = 10.0, num_steps: int = 30) -> np.ndarray:
+def annealing_schedule(start: float = 2.0, num_steps: int = 10) -> np.ndarray:
     """Temperatures falling geometrically from ``start`` to 1 in ``num_steps`` steps
-    (the last is 1): the default schedule of ``e_step="annealed"``."""
+    (the last is 1): the default schedule of ``e_step="annealed"`` (2 to 1 in 10 steps).
+
+    The default starts cool on purpose: above a mixture's critical temperature the
+    tempered posterior makes every component the same, a symmetric fixed point that the
+    deterministic iterations never leave (measured: from 10, a mixture of three
+    regressions ended with its three lines equal in all eight restarts; from 2 it
+    reached soft EM's maximum)."""
     start = float(check_positive(start, "start"))
     num_steps = check_positive_int(num_steps, "num_steps")
     if start < 1.0:
@@ -153,7 +159,7 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         The discrete sites (default: every discrete latent site).
     temperatures : sequence of float, optional
         The annealing schedule (values >= 1, ending at 1; one per iteration, then 1).
-        Default for ``"annealed"``: :func:`annealing_schedule` (10 to 1 in 30 steps).
+        Default for ``"annealed"``: :func:`annealing_schedule` (2 to 1 in 10 steps).
     num_sweeps : int
         Mean-field sweeps over the units per E-step.
     search : {"auto", "exact", "icm"}
