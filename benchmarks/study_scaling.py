@@ -22,6 +22,11 @@ same machine:
   (Dask - serial) / rows, and in percent of the serial time. Goal: under 5% for rows
   of one second or more.
 
+Beside each synthetic run the script prints the cores its rows obtained: the CPU
+seconds of the computing processes (this one when serial, the workers otherwise) per
+wall second. Two workers can only be faster than one where the machine has a second core
+to give them: on a machine shared with other work, it does not.
+
 Goals are printed as met or not met, never asserted: the machine is shared, and the
 numbers are what was measured. Writes the table as JSON to ``--output`` (default
 ``benchmarks/results/study_scaling.json``).
@@ -187,6 +192,7 @@ def synthetic(args, cache: str, folder: Path) -> dict:
     study = _synthetic_study(folder, args.rows, iterations)
     clusters = {w: _cluster(w) for w in (1, 2)}
     times = {"serial": [], "dask1": [], "dask2": []}
+    cores = {"serial": [], "dask1": [], "dask2": []}
     try:
         # untimed: each process's first row compiles JAX's key functions
         warm = _synthetic_study(folder, 2, 1)
@@ -197,20 +203,29 @@ def synthetic(args, cache: str, folder: Path) -> dict:
         for repeat in range(args.repeats):
             for name in times:
                 out = folder / f"synthetic-{name}-{repeat}"
-                if name == "serial":
-                    run = run_study(study, output_dir=out, serial=True, progress=False)
-                else:
-                    run = run_study(study, output_dir=out, client=clusters[int(name[-1])][1],
-                                    progress=False)
+                client = None if name == "serial" else clusters[int(name[-1])][1]
+                cpu = _cpu_seconds(client)
+                run = run_study(study, output_dir=out, serial=client is None, client=client,
+                                progress=False)
                 assert run.computed == args.rows and not run.failed, run.failures
                 times[name].append(run.seconds)
+                cores[name].append((_cpu_seconds(client) - cpu) / run.seconds)
                 print(f"  synthetic rows ({args.rows} x ~{args.row_seconds:g} s), {name}, "
-                      f"repeat {repeat + 1}: {run.seconds:.2f} s", flush=True)
+                      f"repeat {repeat + 1}: {run.seconds:.2f} s, {cores[name][-1]:.2f} "
+                      "cores obtained", flush=True)
     finally:
         for cluster, client in reversed(clusters.values()):
             client.close()
             cluster.close()
-    return {"iterations": iterations, "rows": args.rows, "times": times}
+    return {"iterations": iterations, "rows": args.rows, "times": times,
+            "cores_obtained": cores}
+
+
+def _cpu_seconds(client) -> float:
+    """CPU seconds used so far by this process (client None) or by the client's workers."""
+    if client is None:
+        return time.process_time()
+    return sum(client.run(time.process_time).values())
 
 
 def _median(values):
@@ -248,7 +263,9 @@ def main(argv=None) -> dict:
         {"method": "synthetic rows, 2 workers", "peer": "1 worker",
          "size": f"{synth['rows']} rows of ~{args.row_seconds:g} s", "seconds": d2,
          "peer_seconds": d1, "ratio": d1 / d2, "goal": f">= {SPEEDUP_GOAL}x",
-         "goal_met": d1 / d2 >= SPEEDUP_GOAL},
+         "goal_met": d1 / d2 >= SPEEDUP_GOAL,
+         "cores_obtained": _median(synth["cores_obtained"]["dask2"]),
+         "peer_cores_obtained": _median(synth["cores_obtained"]["dask1"])},
         {"method": "Dask, 1 worker", "peer": "serial, in-process",
          "size": f"{synth['rows']} rows of ~{args.row_seconds:g} s", "seconds": d1,
          "peer_seconds": serial, "ratio": serial / d1,
@@ -264,6 +281,10 @@ def main(argv=None) -> dict:
             f"{r['goal']}: {'met' if r['goal_met'] else 'NOT met'}"
         print(f"{r['method'] + ' / ' + r['peer']:<28.28s}{r['size']:<32s}{r['seconds']:>10.2f}"
               f"{r['peer_seconds']:>10.2f}  {extra:<17s} {goal}")
+    obtained = {k: _median(v) for k, v in synth["cores_obtained"].items()}
+    print("cores obtained by the synthetic rows (CPU seconds of the computing processes per "
+          "wall second): " + ", ".join(f"{k} {v:.2f}" for k, v in obtained.items())
+          + f"; load average {os.getloadavg()[0]:.1f} on {info['usable_cpus']} cores")
     elapsed = time.perf_counter() - start
     print(f"({elapsed:.0f} s; the quick study's first, cache-filling run with 2 workers took "
           f"{quick['cold_two_workers_s']:.1f} s)")

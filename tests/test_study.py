@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -276,6 +277,34 @@ def test_an_interrupted_run_restarted_recomputes_no_finished_row(client, tmp_pat
     again = run_study(load_study(path), output_dir=out, client=client, progress=False)
     assert again.computed == 0 and again.reused == 8
     assert len(_lines(counter)) - calls_before == 8 - len(done)
+
+
+def test_a_scheduler_that_goes_away_loses_no_finished_row(client, tmp_path):
+    """The scheduler of a run shut down part-way: the run stops with an error that says
+    so, the finished rows stay on disk, and a run on another scheduler computes the rest."""
+    counter = tmp_path / "calls.txt"
+    path = _write_study(tmp_path, _study_text(seeds=4, counter=counter, sleep=0.5))
+    out = tmp_path / "out"
+    doomed = local_cluster(1, 1, {"single_thread": True, "jax_platforms": "cpu"})
+
+    def shut_down_after_two_rows():
+        deadline = time.monotonic() + 120
+        while len(list((out / "rows").glob("*.json"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        doomed.close()
+
+    stopper = threading.Thread(target=shut_down_after_two_rows)
+    stopper.start()
+    with pytest.raises(StudyError, match="the scheduler lost"):
+        run_study(load_study(path), output_dir=out, scheduler=doomed.scheduler_address,
+                  progress=False)
+    stopper.join()
+    done = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.json")}
+    assert 2 <= len(done) < 8
+    run = run_study(load_study(path), output_dir=out, client=client, progress=False)
+    assert run.reused == len(done) and run.computed == 8 - len(done) and not run.failed
+    for name, mtime in done.items():
+        assert (out / "rows" / name).stat().st_mtime_ns == mtime
 
 
 def test_a_worker_killed_during_a_row_still_yields_every_row(client, tmp_path):

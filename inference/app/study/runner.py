@@ -24,6 +24,7 @@ import os
 import socket
 import time
 import traceback
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def _run_dask(todo, store, setup, finish, *, client, scheduler, workers, threads
             client = own_client = distributed.Client(own_cluster)
     run.startup_seconds = time.perf_counter() - started
     folder = str(store.folder.resolve())
-    futures = {}
+    futures, lost = {}, []
     try:
         for spec in todo:
             future = client.submit(execute_row, spec, folder, setup, key=f"study-row-{spec.key}",
@@ -170,9 +171,16 @@ def _run_dask(todo, store, setup, finish, *, client, scheduler, workers, threads
             spec = futures.pop(future)
             try:
                 record = future.result()
-            except Exception as error:  # KilledWorker, a lost scheduler, ...
+            except CancelledError:  # the scheduler went away or restarted: not the row's fault
+                lost.append(spec)
+                continue
+            except Exception as error:  # KilledWorker (the row killed its workers), ...
                 record = _failed_here(spec, error)
             finish(record)
+        if lost:
+            raise StudyError(f"the scheduler lost {len(lost)} row(s) before they finished (it "
+                             "was shut down or restarted); the finished rows are kept: run the "
+                             "study again to compute the others")
     finally:
         for future in futures:
             future.cancel()
