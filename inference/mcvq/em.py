@@ -220,6 +220,19 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
 
     Notes
     -----
+    The generic call: with one VQ and ``temperature_schedule=1.0`` this fit is
+    ``fit_em(mcvq_program, x, 1, num_states, e_step="mean-field")`` on the same program
+    with mu and sigma as ``numpyro.param`` sites
+    (:func:`inference.em.programs.mcvq_program`): from this fit's start, the same free
+    energy after every iteration and the same parameters to 1e-6 relative
+    (``tests/test_em_families.py``). With several VQs the two are variational EM on the
+    same program in different families of posteriors: ``fit_em``'s has a factor Q(r) for
+    every example, this fit's one factor g shared by all of them (the paper's
+    consistency constraint), and this fit anneals towards the program with one r for all
+    examples, which ``fit_em`` does not fit (its discrete sites lie in the example
+    plate). Where every example's Q(r) is the same g, the free energy that ``fit_em``
+    lowers is this fit's F at T = N.
+
     Variational EM finds local optima (a VQ left without dimensions, or two
     planted groups merged into one VQ, are the common ones): use
     ``num_restarts`` (measured on planted data in ``tests/test_mcvq.py``: one

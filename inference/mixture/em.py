@@ -132,6 +132,20 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                 checkpoint_every: int | None = None, resume_from=None) -> MixtureResult:
     """Fit the Gaussian-mixture program by EM, hard-cut EM or k-means (module docstring).
 
+    The generic call: each mode is :func:`inference.fit_em` on the same program with its
+    parameters as ``numpyro.param`` sites (:func:`inference.em.programs.mixture_program`):
+    ``"stochastic"`` is ``fit_em(mixture_program, x, k, covariance=..., e_step="soft")``,
+    ``"map"`` the same with ``e_step="hard"``, and ``"nearest"`` is
+    ``fit_em(mixture_program, x, k, covariance="spherical", weights=..., scales=...,
+    e_step="hard", noise=None)`` with the weights fixed equal (the scales, fixed too, drop
+    out in the limit). From the same start (``init="program"`` there), with
+    ``prune=False`` and ``reg_covar=0``, both give the same iterates and fixed point:
+    to rounding for k-means, whose M-step is in closed form on both sides, and to 1e-6
+    relative otherwise, where ``fit_em`` solves the M-step by L-BFGS with
+    ``m_step_iterations=100`` (its default 30 can stop short of the maximiser by 1e-3
+    relative when it learns the weights too; ``tests/test_em_families.py``). This fit is
+    the fast one: a closed-form M-step and one pass over the data per iteration.
+
     Parameters
     ----------
     x : array (num_examples, d)

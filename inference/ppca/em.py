@@ -214,6 +214,14 @@ def fit_ppca(x, num_components: int, *, noise=None, rng_key, max_iterations: int
              batch_size: int | None = None) -> PPCAResult:
     """Fit probabilistic PCA (or PCA, its sigma -> 0 limit) by EM.
 
+    The generic call: with ``noise="ml"`` this fit reaches the maximum of the likelihood
+    that ``fit_em(ppca_program, x, num_components)`` climbs directly, on the marginal
+    program (z integrated out, no discrete site; W, mu and sigma as ``numpyro.param``
+    sites: :func:`inference.em.programs.ppca_program`): the same W^T W + sigma^2 I,
+    sigma^2 and log-likelihood, to 1e-6 relative (``tests/test_em_families.py``). This fit
+    takes closed-form steps over z; ``fit_em`` takes L-BFGS steps on the marginal
+    likelihood.
+
     Parameters
     ----------
     x : array (num_examples, d), or a stream of batches
