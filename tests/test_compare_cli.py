@@ -58,7 +58,7 @@ def test_list_and_unknown_model(capsys):
 def test_every_sub_command_has_a_description_and_names_take_hyphens(capsys):
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command")
-    assert set(commands.choices) == {"compare", "list", "reproduce", "select"}
+    assert set(commands.choices) == {"compare", "list", "reproduce", "select", "study"}
     for name, sub in commands.choices.items():
         assert sub.description and len(sub.description) > 40, name
     # The hyphen spelling of a name is the same name.

@@ -189,6 +189,7 @@ def x_one_vq():
         return np.asarray(data.x, np.float64)
 
 
+@pytest.mark.slow  # compiling the mean-field step costs 9-11 s of CPU, more than the rest
 def test_mean_field_em_with_one_vq_is_fit_mcvq(x_one_vq):
     """With one VQ the selection r is certain (g = 1) and the posterior of s is exact, and
     fit_mcvq's variational EM at T = 1 (Ross and Zemel (2003), sec. 3: E-step for m,
@@ -231,6 +232,7 @@ def mcvq_free_energy(x, q_s, q_r, mu, sigma, a, b):
                  - xlogy(q_r, a)) + jnp.einsum("cdk,ckj,cdkj->", q_r, q_s, ell))
 
 
+@pytest.mark.slow  # as above: one compilation of the mean-field step
 def test_mcvq_free_energy_is_fit_ems_with_one_selection_posterior():
     """Several VQs: both fits are variational EM on the MCVQ program (r per example), but
     in different families of posteriors, so they cannot be equal. fit_em's mean-field

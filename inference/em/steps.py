@@ -223,6 +223,9 @@ def enumerated_mean_field(table, states, q, mask, num_sweeps):
     n, k = q.shape[1], q.shape[2]
     values = jax.nn.one_hot(states, k, dtype=q.dtype)  # (J, n, K)
     mask = jnp.asarray(mask)
+    # Impossible joint states (-inf) weigh a finite floor, so that a zero weight times
+    # them is zero, not NaN, and a value possible only there gets no probability.
+    table = jnp.where(jnp.isnan(table) | jnp.isneginf(table), -1e30, table)
 
     def update(u, q):
         logs = jnp.log(jnp.where(_gather(q, states) > 0, _gather(q, states), 1e-300))
