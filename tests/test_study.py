@@ -252,7 +252,9 @@ def test_the_selection_study_example_runs_a_study_file(load_example, run_example
 
 def test_an_interrupted_run_restarted_recomputes_no_finished_row(client, tmp_path):
     counter = tmp_path / "calls.txt"
-    path = _write_study(tmp_path, _study_text(seeds=4, counter=counter, sleep=1.0))
+    # Rows of 3 s: the interrupt lands part-way even when a loaded machine is slow to
+    # poll and the child slow to stop (with 1 s rows all eight finished once).
+    path = _write_study(tmp_path, _study_text(seeds=4, counter=counter, sleep=3.0))
     out = tmp_path / "out"
     child = subprocess.Popen(
         [sys.executable, "-m", "inference.app.cli", "study", "run", str(path), "--workers",
