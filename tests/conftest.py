@@ -5,6 +5,8 @@ import importlib.util
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from ppl_models import gvq
 
 
 def _compile_the_default_run_faster(config):
-    """Compile at LLVM optimisation level 0 in the default run (``-m "not slow"``).
+    """Compile at LLVM optimisation level 0, with XLA's older CPU emitters, in the default
+    run (``-m "not slow"``).
 
     The test programs are small, so most of the default run is XLA compiling them
     (about 90% of the summed test time, by ``jax.monitoring``'s compile events), and
@@ -23,19 +26,44 @@ def _compile_the_default_run_faster(config):
     took under 50 ms each, nearly all of them single eager operations on new shapes. On
     this project's 2-core machine the default run took 399-428 s at level 0 against
     498-524 s at level 1, which had itself taken about 12% less than XLA's default,
-    level 2; the programs' run time hardly counts at these sizes. Results agree with
-    level 2 to float rounding, not bit for bit (an EM run may stop a few iterations
-    earlier or later), so the slow run, which checks the golden results of every fit
-    exactly, keeps XLA's default. Default-run tests state tolerances that hold at every
-    level. ``XLA_FLAGS`` naming a level yourself overrides both. JAX reads
-    ``XLA_FLAGS`` when it starts its CPU backend, which no import here does, so setting
-    it in ``pytest_configure`` is early enough.
+    level 2; the programs' run time hardly counts at these sizes. XLA's CPU fusion
+    emitters (its default since 2025) cost more to compile again: with
+    ``--xla_cpu_use_fusion_emitters=false`` 600 small eager operations took 7.6-7.9 s
+    of CPU to compile instead of 12.7-12.9 s, and test_mixture.py with test_vb_mcvq.py
+    66 s of CPU instead of 115 s (both at level 0, on a busy machine). Results agree
+    with the defaults to float rounding, not bit for bit (an EM run may stop a few
+    iterations earlier or later), so the slow run, which checks the golden results of
+    every fit exactly, keeps XLA's defaults. Default-run tests state tolerances that
+    hold at every level. ``XLA_FLAGS`` naming a level or the emitters yourself
+    overrides that choice. An XLA that no longer knows the emitters' flag would stop
+    at its first computation on an unknown flag, so the flag is added only where a
+    short child process with it starts (about a second). JAX reads ``XLA_FLAGS`` when
+    it starts its CPU backend, which no import here does, so setting it in
+    ``pytest_configure`` is early enough; the xdist workers inherit it.
     """
-    flags = os.environ.get("XLA_FLAGS", "")
-    if config.option.markexpr != "not slow" or "xla_backend_optimization_level" in flags:
+    if config.option.markexpr != "not slow":
         return
-    os.environ["XLA_FLAGS"] = " ".join(filter(None, [flags,
-                                                     "--xla_backend_optimization_level=0"]))
+    flags = os.environ.get("XLA_FLAGS", "")
+    extra = []
+    if "xla_backend_optimization_level" not in flags:
+        extra.append("--xla_backend_optimization_level=0")
+    if "xla_cpu_use_fusion_emitters" not in flags and _xla_knows(
+            "--xla_cpu_use_fusion_emitters=false"):
+        extra.append("--xla_cpu_use_fusion_emitters=false")
+    if extra:
+        os.environ["XLA_FLAGS"] = " ".join(filter(None, [flags, *extra]))
+
+
+def _xla_knows(flag):
+    """Whether this jaxlib's XLA starts its CPU backend with ``flag`` (an unknown flag in
+    ``XLA_FLAGS`` ends the process)."""
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices('cpu')"],
+                               env=env, capture_output=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
 
 
 def pytest_configure(config):

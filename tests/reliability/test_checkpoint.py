@@ -458,29 +458,66 @@ def _svi_case(which):
         x, 2, 2, rng_key=jax.random.key(1), num_steps=num_steps, **kw)
 
 
+def assert_within_ulps(expected, actual, ulps, where="result"):
+    """Like :func:`assert_identical`, floats within ``ulps`` units in the last place."""
+    assert type(expected) is type(actual), where
+    if isinstance(expected, tuple):
+        names = getattr(expected, "_fields", range(len(expected)))
+        for name, a, b in zip(names, expected, actual, strict=True):
+            assert_within_ulps(a, b, ulps, f"{where}.{name}")
+    elif expected is None or isinstance(expected, str | bool | int | dict):
+        assert expected == actual, where
+    else:
+        a, b = np.asarray(expected), np.asarray(actual)
+        assert a.dtype == b.dtype, where
+        if not np.issubdtype(a.dtype, np.floating):
+            np.testing.assert_array_equal(a, b, err_msg=where)
+        else:
+            eps = np.finfo(a.dtype).eps
+            np.testing.assert_allclose(b, a, rtol=ulps * eps, atol=ulps * eps, err_msg=where)
+
+
 # A 30-step budget ends unconverged (warned): the budget, not convergence, is what the
-# chunks must reproduce.
+# chunks must reproduce. The uninterrupted fit is one compiled program (start and steps,
+# the engine's _run_jit), the chunks another (_start_jit, then _advance_jit): at XLA's
+# default settings, which the slow run keeps, they agree bit for bit. The default run
+# compiles with other settings (tests/conftest.py), under which GVQ's two programs round
+# its features 1-2 float32 ulps apart after 30 Adam steps; there its case holds the
+# chunks to the uninterrupted run within 16 ulps (a wrong key or step count moves them by
+# orders of magnitude more) and the chunked and resumed runs, one program, to each other
+# bit for bit.
 @pytest.mark.filterwarnings("ignore::ppl_models.diagnostics.ConvergenceWarning")
-@pytest.mark.parametrize("which", [
-    "gvq",
-    pytest.param("mixture", marks=pytest.mark.slow),
-    pytest.param("mcvq", marks=pytest.mark.slow),
-    pytest.param("mcvq_meanfield", marks=pytest.mark.slow),
+@pytest.mark.parametrize("which, exact", [
+    ("gvq", False),
+    pytest.param("gvq", True, marks=pytest.mark.slow),
+    pytest.param("mixture", True, marks=pytest.mark.slow),
+    pytest.param("mcvq", True, marks=pytest.mark.slow),
+    pytest.param("mcvq_meanfield", True, marks=pytest.mark.slow),
 ])
-def test_svi_chunks_and_resume_are_bit_identical(which, tmp_path, monkeypatch):
+def test_svi_chunks_and_resume_are_bit_identical(which, exact, tmp_path, monkeypatch):
     """The SVI fits' chunks through the engine's loop (inference.engine.run): the SVI state
     carries its key and the optimiser's step count, so chunks and a resumed run
     take exactly the uninterrupted run's steps."""
     module, run = _svi_case(which)
     name = "_advance_jit"
     reference = run()
-    assert_identical(reference, run(checkpoint_path=tmp_path / "every", checkpoint_every=7))
+
+    def assert_same_steps(actual):
+        if exact:
+            assert_identical(reference, actual)
+        else:
+            assert_within_ulps(reference, actual, 16)
+
+    chunked = run(checkpoint_path=tmp_path / "every", checkpoint_every=7)
+    assert_same_steps(chunked)
     path = tmp_path / "svi.npz"
     interrupt_after(monkeypatch, module, name, 2)
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint_path=path, checkpoint_every=10)
     monkeypatch.undo()
     assert saved_iteration(path)[0] == 20
-    assert_identical(reference, run(resume_from=path))
+    resumed = run(resume_from=path)
+    assert_same_steps(resumed)
+    assert_identical(chunked, resumed)
     with pytest.raises(ValueError, match="option num_steps differs.*=30 there.*=31 here"):
         run(num_steps=31, resume_from=path)
