@@ -35,6 +35,7 @@ from inference.association.base import (
     check_options,
     exact_search,
 )
+from inference.engine.protocol import method_options_of
 from inference.engine.sharding import (
     map_shards,
     mesh_axis,
@@ -86,6 +87,7 @@ def associate(
     check: bool = True,
     devices=None,
     mesh=None,
+    method_options: dict | None = None,
     **options,
 ) -> AssociationResult:
     """Find, for every example, the binary state that minimises the program's energy.
@@ -116,9 +118,13 @@ def associate(
         where priors on s count (E = -2 noise^2 log p(x, s)).
     check : bool
         Verify once that the program is quadratic in ``latent`` (skipped under jit).
+    method_options : dict, optional
+        Method options (see each method's docstring), e.g. ``{"chunk_size": 4096}`` for
+        ``"exact"``, ``{"max_sweeps": 20}`` for ``"br"``: one dict, as for
+        :func:`inference.map_states`.
     **options
-        Method options (see each method's docstring), e.g. ``chunk_size`` for
-        ``"exact"``, ``max_sweeps`` for ``"br"``.
+        Deprecated: method options as keywords (they still work for one release, with a
+        ``DeprecationWarning``); pass ``method_options`` instead.
     devices : None, int or sequence of jax.Device
         Split the examples over these devices (:func:`inference.engine.sharding.resolve_mesh`):
         ``None`` uses all of ``jax.devices()`` when there are several (else the plain
@@ -152,6 +158,7 @@ def associate(
     True
     """
     load_methods()
+    options = method_options_of("associate", method_options, options)
     mesh = resolve_mesh(devices, mesh)
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}; got {method!r}")

@@ -58,6 +58,7 @@ from inference.association.map_states import (
     solve_problem,
 )
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
+from inference.engine.protocol import follows_protocol
 from inference.program.cache import SignatureCache, sites_key
 from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
 from ppl_models.diagnostics import NumericalWarning
@@ -68,6 +69,7 @@ __all__ = ["MapEMResult", "fit_map_em", "WithParams", "param_sites", "checked_pa
 _RTOL = 1e-4
 
 
+@follows_protocol("mean_energy", "min")
 class MapEMResult(NamedTuple):
     """What :func:`fit_map_em` returns (the best restart).
 

@@ -28,6 +28,7 @@ from numpyro.infer.autoguide import AutoDelta, AutoGuideList, AutoNormal
 from inference.clipped.baselines_common import check_arguments, initial_weights, program_kwargs
 from inference.engine import Algorithm, run, select
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.protocol import follows_protocol
 from inference.engine.svi import SVIFit, SVIInfo, SVIProblem, svi_init, svi_update
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
@@ -53,6 +54,7 @@ class ClippedSVITrace(NamedTuple):
     objective: jax.Array
 
 
+@follows_protocol("loss", "min")
 class ClippedSVIResult(NamedTuple):
     """Result of :func:`fit_clipped_svi`.
 

@@ -21,11 +21,11 @@ a file written by a newer format version, or a file of another kind raises
 problem. Nothing is unpickled, ever.
 
 Results gain a ``save(path, *, options=None)`` method and are read back by
-:func:`load` (``inference.load``)::
+:func:`load` (``inference.load``) or their class's ``load``::
 
     result = fit_mixture(x, 3, rng_key=key)
     result.save("fit.npz", options={"num_components": 3})
-    again = inference.load("fit.npz")
+    again = inference.load("fit.npz")  # or MixtureResult.load("fit.npz")
 
 Checkpoints (``checkpoint_path=`` / ``resume_from=`` on the iterative fits)
 use :func:`save_tree` / :func:`load_tree` with their own ``kind``.
@@ -472,8 +472,22 @@ def _save_method(self, path, *, options: dict | None = None) -> pathlib.Path:
     return save_result(self, path, options=options)
 
 
+def _load_method(cls, path):
+    """Load a result of this class written by ``result.save(path)`` (see :func:`load`).
+
+    Raises :class:`PersistenceError` when the file holds a result of another class.
+    """
+    result = load(path)
+    if not isinstance(result, cls):
+        raise PersistenceError(f"{path} holds a {type(result).__name__}, not a {cls.__name__}; "
+                               "read it with inference.load")
+    return result
+
+
 def attach_save_methods(classes) -> None:
-    """Give every result class in ``classes`` a ``save`` method (the families' plug-ins
-    declare their result classes; ``inference`` attaches them on import)."""
+    """Give every result class in ``classes`` a ``save`` method and a ``load`` class method
+    (the families' plug-ins declare their result classes; ``inference`` attaches them on
+    import)."""
     for cls in classes:
         cls.save = _save_method
+        cls.load = classmethod(_load_method)

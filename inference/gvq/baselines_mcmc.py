@@ -21,6 +21,7 @@ from inference.association.core import associate
 from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 from inference.gvq.algorithm import restart_features
 from inference.gvq.result import GVQTrace
 from inference.program.kwargs import split_model_kwargs
@@ -47,6 +48,7 @@ R_HAT_THRESHOLD = 1.1
 
 
 
+@follows_protocol("potential_energy_per_example", "min")
 class GVQMCMCResult(NamedTuple):
     """Result of :func:`fit_gvq_mcmc`.
 

@@ -25,7 +25,7 @@ from inference.engine.checkpoint import checkpointing
 from inference.engine.svi import SVIFit, SVIProblem
 from inference.gvq.algorithm import restart_features
 from inference.gvq.baselines_association import MAX_ENUMERATED_FEATURES
-from inference.gvq.result import GVQResult, GVQTrace
+from inference.gvq.result import GVQResult, GVQSVITrace
 from inference.program.kwargs import split_model_kwargs
 from ppl_models import gvq
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -82,6 +82,7 @@ def fit_gvq_svi(
     checkpoint_path=None,
     checkpoint_every: int | None = None,
     resume_from=None,
+    progress_bar: bool = False,
 ) -> GVQResult:
     """Learn F by SVI on the finite-noise program with enumerated binary units.
 
@@ -119,6 +120,8 @@ def fit_gvq_svi(
         Continue from a checkpoint written by ``fit_gvq_svi`` with the same x and
         options (else ``ValueError`` naming the option); the result is bit-identical
         to the uninterrupted run.
+    progress_bar : bool
+        A tqdm bar over the steps.
 
     Returns
     -------
@@ -167,7 +170,7 @@ def fit_gvq_svi(
                                         ("num_features", num_features)))
     params = (noise_value, dynamic)
     fitted = fit.run(keys, (x,), params, num_steps=num_steps, starts=starts,
-                     checkpoint=checkpoint)
+                     checkpoint=checkpoint, progress_bar=progress_bar)
     features = fit.read(fitted.state, (x,), params, _features)
     losses = fitted.trace.objective
     final = losses[:, -1]
@@ -185,6 +188,6 @@ def fit_gvq_svi(
     error = jnp.mean(result.energy)
     return GVQResult(
         features=features[best], states=result.states, error=error,
-        trace=GVQTrace(trace.objective / x.shape[0]), num_iterations=jnp.asarray(num_steps),
+        trace=GVQSVITrace(trace.objective / x.shape[0]), num_iterations=jnp.asarray(num_steps),
         converged=jnp.asarray(converged), restart_errors=final / x.shape[0],
     )

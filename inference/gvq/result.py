@@ -14,8 +14,9 @@ import numpy as np
 
 from inference.engine import host
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 
-__all__ = ["GVQTrace", "GVQResult"]
+__all__ = ["GVQTrace", "GVQSVITrace", "GVQResult"]
 
 
 class GVQTrace(NamedTuple):
@@ -35,8 +36,24 @@ class GVQTrace(NamedTuple):
     num_changed: jax.Array | None = None
 
 
+class GVQSVITrace(GVQTrace):
+    """The trace of :func:`~inference.gvq.baselines.fit_gvq_svi`: ``objective`` is the loss
+    per example, -ELBO / num_examples, of each step (a :class:`GVQTrace`)."""
+
+    __slots__ = ()
+
+
+def _gvq_objective_name(result) -> str:
+    return "loss" if isinstance(result.trace, GVQSVITrace) else "mean_squared_error"
+
+
+@follows_protocol(_gvq_objective_name, "min")
 class GVQResult(NamedTuple):
     """Result of :func:`inference.gvq.em.fit_gvq`.
+
+    The result protocol: ``objective`` is the last entry of ``trace.objective``,
+    ``objective_name`` ``"mean_squared_error"`` (``error``), or ``"loss"`` for
+    :func:`~inference.gvq.baselines.fit_gvq_svi`; ``direction`` ``"min"``.
 
     Attributes
     ----------

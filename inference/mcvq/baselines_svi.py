@@ -67,6 +67,7 @@ from numpyro.infer import SVI, TraceEnum_ELBO
 
 from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.protocol import follows_protocol
 from inference.engine.svi import SVIFit, SVIProblem
 from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
@@ -89,6 +90,7 @@ class MCVQSVITrace(NamedTuple):
     objective: jax.Array
 
 
+@follows_protocol("loss", "min")
 class MCVQSVIResult(NamedTuple):
     """Result of :func:`fit_mcvq_svi` and :func:`fit_mcvq_meanfield_svi`.
 

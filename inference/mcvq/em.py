@@ -142,7 +142,8 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
              initial_temperature: float | None = None, variance_floor: float = 1e-3,
              tol: float = 1e-6, a=None, b=None, num_restarts: int = 1,
              restart_batch_size: int = 1, devices=None, mesh=None, checkpoint_path=None,
-             checkpoint_every: int | None = None, resume_from=None) -> MCVQResult:
+             checkpoint_every: int | None = None, resume_from=None,
+             progress_bar: bool = False) -> MCVQResult:
     """Fit the MCVQ program by the paper's annealed variational EM (module docstring).
 
     Parameters
@@ -213,6 +214,8 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
         options (``rng_key`` included; else ``ValueError`` naming the option). The
         result is bit-identical to the uninterrupted fit; a checkpoint of a finished
         fit returns its result at once.
+    progress_bar : bool
+        A tqdm bar over the iterations (one device only).
 
     Returns
     -------
@@ -309,7 +312,7 @@ def fit_mcvq(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                                               jnp.asarray(tol, x.dtype)),
                keys=keys, max_iterations=num_iterations, tol=tol,
                restart_batch=None if mesh is not None else restart_batch_size, mesh=mesh,
-               checkpoint=saving)
+               checkpoint=saving, progress_bar=progress_bar)
     finals = _final_energies(runs.state, x, mask, a, b, temperatures[-1],
                              batch_size=restart_batch_size)
     # NaN finals (a start that broke down) never win; if all are NaN the first is kept.

@@ -6,6 +6,8 @@ from typing import NamedTuple
 
 import jax
 
+from inference.engine.protocol import follows_protocol
+
 __all__ = ["MCVQResult", "MCVQTrace"]
 
 
@@ -17,6 +19,7 @@ class MCVQTrace(NamedTuple):
     temperature: jax.Array
 
 
+@follows_protocol("free_energy", "min")
 class MCVQResult(NamedTuple):
     """Result of :func:`fit_mcvq`.
 

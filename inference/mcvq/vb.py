@@ -90,12 +90,13 @@ _init_jit = jax.jit(init, static_argnames=("max_vqs", "max_states"))
 
 
 def _iterate(state, rng_key, x, mask, prior, prune_threshold, temperatures, max_iterations,
-             tol, *, conditional, checkpoint=None):
+             tol, *, conditional, checkpoint=None, progress_bar=False):
     """Steps from ``state`` until convergence or ``max_iterations`` more iterations, on the
     engine. Returns the state and the traces (bound, VQs, states, pruned) of this run."""
     runs = run(algorithm(conditional), jax.tree.map(lambda leaf: leaf[None], state), (x, mask),
                (prior, prune_threshold, temperatures, tol, state.iteration),
-               keys=rng_key[None], max_iterations=max_iterations, checkpoint=checkpoint)
+               keys=rng_key[None], max_iterations=max_iterations, checkpoint=checkpoint,
+               progress_bar=progress_bar)
     state, trace, _, _ = select(runs, 0)
     return state, [np.asarray(t) for t in trace[:4]]
 
@@ -171,7 +172,8 @@ def _move_rounds(state, rng_key, x, mask, prior, threshold, tol, temperature, ma
 
 def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations, tol, *,
                       max_vqs, max_states, conditional, moves, max_iterations, move_steps,
-                      checkpoint_path, checkpoint_every, resume_from, options):
+                      checkpoint_path, checkpoint_every, resume_from, options,
+                      progress_bar=False):
     """The main loop, then the move rounds, with checkpoints (:mod:`inference.engine.checkpoint`).
 
     The main loop runs through :func:`inference.engine.checkpoint.run_chunks` (one chunk
@@ -203,7 +205,8 @@ def _run_checkpointed(rng_key, x, mask, prior, threshold, padded, num_iterations
                                               extra={"phase": "main"})
         state, parts = _iterate(_init_jit(rng_key, x, mask, max_vqs, max_states, prior),
                                 rng_key, x, mask, prior, threshold, temperatures, num_iterations,
-                                tol, conditional=conditional, checkpoint=saving)
+                                tol, conditional=conditional, checkpoint=saving,
+                                progress_bar=progress_bar)
         parts = [parts]
         its = parts[0][0].shape[0]
         temps = [np.asarray(padded[:its])]
@@ -233,7 +236,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
                 precision_prior_shape=None, precision_prior_rate=None,
                 conditional: bool = True, moves: bool = True,
                 move_steps: int = 20, checkpoint_path=None,
-                checkpoint_every: int | None = None, resume_from=None) -> VBMCVQResult:
+                checkpoint_every: int | None = None, resume_from=None,
+                progress_bar: bool = False) -> VBMCVQResult:
     """Variational Bayes MCVQ with type-II ML weights and pruning (module docstring).
 
     Parameters
@@ -289,6 +293,8 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         options (``rng_key`` included; else ``ValueError`` naming the option). The
         result is bit-identical to the uninterrupted fit; a checkpoint of a finished
         fit returns its result at once.
+    progress_bar : bool
+        A tqdm bar over the iterations of the main loop.
 
     Returns
     -------
@@ -373,7 +379,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         rng_key, x, mask, prior, threshold, padded, num_iterations, tol_array,
         max_vqs=max_vqs, max_states=max_states, conditional=bool(conditional), moves=moves,
         max_iterations=max_iterations, move_steps=move_steps, checkpoint_path=checkpoint_path,
-        checkpoint_every=checkpoint_every, resume_from=resume_from,
+        checkpoint_every=checkpoint_every, resume_from=resume_from, progress_bar=progress_bar,
         options=dict(max_vqs=max_vqs, max_states=max_states, prune_threshold=prune_threshold,
                      max_iterations=max_iterations, tol=tol, conditional=bool(conditional),
                      moves=bool(moves), move_steps=move_steps, rng_key=rng_key))

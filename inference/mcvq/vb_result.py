@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 from ppl_models.mcvq import MCVQPrior
 
 __all__ = ["VBMCVQResult", "VBMCVQTrace"]
@@ -24,6 +25,7 @@ class VBMCVQTrace(NamedTuple):
     num_states: jax.Array
 
 
+@follows_protocol("evidence_lower_bound", "max", objective="bound")
 class VBMCVQResult(NamedTuple):
     """Result of :func:`fit_vb_mcvq`: the surviving VQs only (k of them).
 

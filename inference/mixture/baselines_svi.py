@@ -22,6 +22,7 @@ from numpyro.infer.autoguide import AutoDelta
 
 from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.protocol import follows_protocol
 from inference.engine.svi import SVIFit, SVIProblem
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
@@ -47,6 +48,7 @@ class MixtureSVITrace(NamedTuple):
     objective: jax.Array
 
 
+@follows_protocol("loss", "min")
 class MixtureSVIResult(NamedTuple):
     """Result of :func:`fit_mixture_svi`.
 

@@ -129,7 +129,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                 tol: float = 1e-7, reg_covar: float = 1e-6, min_count=None,
                 variance_threshold: float = 1e-6, weight_rule: str = "ml", devices=None,
                 mesh=None, batch_size=None, checkpoint_path=None,
-                checkpoint_every: int | None = None, resume_from=None) -> MixtureResult:
+                checkpoint_every: int | None = None, resume_from=None,
+                progress_bar: bool = False) -> MixtureResult:
     """Fit the Gaussian-mixture program by EM, hard-cut EM or k-means (module docstring).
 
     The generic call: each mode is :func:`inference.fit_em` on the same program with its
@@ -207,6 +208,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         Continue from a checkpoint written by ``fit_mixture`` with the same x and
         options (else ``ValueError`` naming the option). The result is bit-identical
         to the uninterrupted fit; a checkpoint of a finished fit returns at once.
+    progress_bar : bool
+        A tqdm bar over the iterations (in-memory x on one device).
 
     ``x`` may also be a stream too large for memory: an ``np.memmap``, a callable
     returning a fresh iterator of (rows, d) batches, a list of batches or a
@@ -296,7 +299,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                              num=num)
     states = initial_states(state, labels=rows if mode != "stochastic" else 1)
     fitted = run(algorithm, states, data, params, keys=_keys(),
-                 max_iterations=max_iterations, tol=tol, mesh=mesh, checkpoint=checkpoint)
+                 max_iterations=max_iterations, tol=tol, mesh=mesh, checkpoint=checkpoint,
+                 progress_bar=progress_bar)
     final, trace, it, done = select(fitted, 0)
     state = EMState(final.weights, final.means, final.covariances, final.active)
     if mesh is None:

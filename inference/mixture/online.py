@@ -116,6 +116,7 @@ import numpy as np
 from inference.engine import Algorithm, host, select, warn_not_converged
 from inference.engine import run as run_engine
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 from inference.mixture.online_passes import PassState, num_slots, pass_step
 from inference.mixture.online_rules import (
     CRITERIA,
@@ -156,6 +157,7 @@ class OnlineTrace(NamedTuple):
     steps: jax.Array
 
 
+@follows_protocol("mean_log_likelihood", "max")
 class OnlineResult(NamedTuple):
     """Result of :func:`fit_online`.
 

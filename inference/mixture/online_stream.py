@@ -16,6 +16,7 @@ import numpy as np
 from inference.engine import host, warn_not_converged
 from inference.engine.passes import OnlineAlgorithm, run_online_passes
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 from inference.engine.streaming import batches
 from inference.mixture import online as mixture_online
 from inference.mixture.online_passes import batch_step
@@ -41,6 +42,7 @@ class OnlineStreamTrace(NamedTuple):
     num_active: jax.Array
 
 
+@follows_protocol("mean_log_likelihood", "max")
 class OnlineStreamResult(NamedTuple):
     """Result of :func:`fit_online_stream` (no statistic needs a further pass).
 

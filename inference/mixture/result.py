@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 
 #: The three limits of the program that :func:`fit_mixture` implements.
 MODES = ("stochastic", "map", "nearest")
@@ -32,6 +33,12 @@ def _old_mixture_result(values):
     return values
 
 
+#: What ``trace.objective`` is in each mode (the result protocol's ``objective_name``).
+OBJECTIVE_NAMES = {"stochastic": "L_stocha", "map": "hard_free_energy",
+                   "nearest": "mean_squared_error"}
+
+
+@follows_protocol(lambda result: OBJECTIVE_NAMES[result.mode], "min")
 class MixtureResult(NamedTuple):
     """Result of :func:`fit_mixture`.
 

@@ -82,6 +82,7 @@ import numpy as np
 
 from inference.engine import Algorithm, host, run, select, warn_not_converged
 from inference.engine.persistence import register_renamed_fields
+from inference.engine.protocol import follows_protocol
 from inference.mixture.vb_maths import (
     COVARIANCES,
     VBMixtureInfo,
@@ -119,6 +120,7 @@ class VBMixtureTrace(NamedTuple):
     pruned_count: jax.Array
 
 
+@follows_protocol("evidence_lower_bound", "max", objective="bound")
 class VBMixtureResult(NamedTuple):
     """Result of :func:`fit_vb_mixture`: the surviving components only.
 

@@ -40,6 +40,7 @@ from numpyro.infer.autoguide import AutoDelta
 from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
+from inference.engine.protocol import Trace, follows_protocol
 from inference.engine.svi import SVIFit, SVIProblem
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -88,6 +89,7 @@ class PPCASVITrace(NamedTuple):
     objective: jax.Array
 
 
+@follows_protocol("loss", "min")
 class PPCASVIResult(NamedTuple):
     """Result of :func:`fit_ppca_svi`.
 
@@ -209,6 +211,7 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
                          num_steps, converged)
 
 
+@follows_protocol("potential_energy", "min")
 class PPCAMCMCResult(NamedTuple):
     """Result of :func:`fit_ppca_mcmc`.
 
@@ -235,6 +238,9 @@ class PPCAMCMCResult(NamedTuple):
         The draws of W, mu and sigma, NumPyro's extra fields per draw, the data and the
         program's arguments: what :meth:`to_inference_data` converts (None in results
         saved before it was kept).
+    potential_energy : array (num_chains, num_warmup + num_samples) or None
+        -log density of every draw, warm-up included (``trace.objective``; None in results
+        saved before it was kept).
     """
 
     weights_gram: jax.Array
@@ -247,6 +253,19 @@ class PPCAMCMCResult(NamedTuple):
     num_gradients: int
     converged: bool
     mcmc: NUTSDraws | None = None
+    potential_energy: jax.Array | None = None
+
+    @property
+    def trace(self) -> Trace:
+        """The result protocol's trace: ``objective`` is ``potential_energy`` (num_chains,
+        num_warmup + num_samples), -log density of every draw, warm-up included (None in
+        results saved before it was kept)."""
+        return Trace(self.potential_energy)
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations of every chain, warm-up included (the result protocol's count)."""
+        return 0 if self.potential_energy is None else int(np.shape(self.potential_energy)[-1])
 
     def to_inference_data(self):
         """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``
@@ -369,4 +388,5 @@ def fit_ppca_mcmc(x, num_components: int, *, rng_key, num_warmup: int = 300,
     return PPCAMCMCResult(jnp.asarray(mean_gram, dtype), jnp.asarray(subspace, dtype),
                           jnp.asarray(np.asarray(draws["mu"]).mean(axis=(0, 1)), dtype),
                           float(sigma.mean()), jnp.asarray(sigma, dtype), r_hat, num_divergent,
-                          num_gradients, converged, mcmc=record)
+                          num_gradients, converged, mcmc=record,
+                          potential_energy=jnp.asarray(chains.potential_energy))

@@ -61,6 +61,7 @@ import numpy as np
 
 from inference.engine.loop import StatisticsAlgorithm, run, select, warn_not_converged
 from inference.engine.passes import run_passes
+from inference.engine.protocol import follows_protocol
 from inference.engine.sharding import resolve_mesh
 from inference.engine.streaming import (
     BatchSource,
@@ -111,6 +112,8 @@ class PPCATrace(NamedTuple):
     change: jax.Array
 
 
+@follows_protocol(lambda result: "mean_squared_error" if result.noise == 0 else
+                  "negative_mean_log_likelihood", "min")
 class PPCAResult(NamedTuple):
     """Result of :func:`fit_ppca`.
 
