@@ -38,14 +38,17 @@ def test_list_and_unknown_model(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["MODEL", "PAPER"] and "GENERIC BASELINES" in lines[0]
-    # Every registered model starts a row of the table, with its family's baselines.
+    assert lines[0].split()[:2] == ["MODEL", "PAPER"] and "GENERIC BASELINES" in out
+    # Every registered model starts a block, with its family's baselines as import paths
+    # (tests/test_baselines_importable.py imports every printed name).
     families = load_families()
     starts = [line.split()[0] for line in lines[1:] if line and not line.startswith(" ")]
     for name, info in REGISTRY.items():
         assert name in starts, name
         for baseline in families[info.family].baselines:
-            assert baseline in out, (name, baseline)
+            assert f"inference.{info.family}.baselines.{baseline}" in out, (name, baseline)
+    # The model-selection study and its study file are listed too.
+    assert "selection_study" in out and "examples/studies/selection.toml" in out
     # The names that compare and reproduce take, spelled one way (with "_").
     for family in families.values():
         for name in [*family.comparisons, *(e.name for e in family.experiments)]:

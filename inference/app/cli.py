@@ -26,6 +26,7 @@ import textwrap
 import jax
 
 from inference.app.families import load_families
+from inference.app.run_times import stated
 from inference.app.study.command import add_study_parser
 from inference.engine.compilation_cache import ENV_VAR, default_cache_dir, enable_compilation_cache
 from ppl_models import __version__
@@ -36,16 +37,24 @@ __all__ = ["main", "build_parser", "model_table"]
 
 _EPILOG_COMPARE = """\
 examples:
-  ppl-zoo compare gvq --quick            exact search and EM beside NumPyro's enumeration and SVI
-  ppl-zoo compare mixture --seed 3       EM / hard-cut EM / k-means beside NumPyro's SVI and NUTS
-  ppl-zoo list                           every model, its paper and its comparisons"""
+  ppl-zoo compare gvq                    exact search and EM beside NumPyro's enumeration and SVI
+  ppl-zoo compare mixture --full --seed 3
+                                         EM / hard-cut EM / k-means beside NumPyro's SVI and
+                                         NUTS, at the comparison's full size
+  ppl-zoo list                           every model, its paper and its comparisons
+Like `reproduce`, `compare` runs at its quick size unless --full is given (--quick is
+still accepted and changes nothing)."""
 
-_EPILOG_REPRODUCE = """\
+_EPILOG_REPRODUCE = f"""\
 examples:
-  ppl-zoo reproduce                      every experiment at quick sizes (a few minutes)
-  ppl-zoo reproduce --full --html        the papers' sizes (about an hour), with report.html
+  ppl-zoo reproduce                      every experiment at quick sizes ({stated("reproduce_quick")})
+  ppl-zoo reproduce --full --html        the examples' full sizes ({stated("reproduce_full")}),
+                                         with report.html
   ppl-zoo reproduce --only gvq_planted mcvq_shapes
-  ppl-zoo reproduce --list               the experiments and the claims they test"""
+  ppl-zoo reproduce --list               the experiments and the claims they test
+Times are estimates from recorded runs on two CPU cores. At --full the model-selection
+study runs a bounded part of its grid; the whole study ({stated("selection_study")} on two
+cores) is `ppl-zoo study run examples/studies/selection.toml`."""
 
 _EPILOG_SELECT = """\
 examples:
@@ -74,7 +83,7 @@ compilation cache:
 
 examples:
   ppl-zoo list
-  ppl-zoo --compilation-cache /scratch/zoo-cache compare gvq --quick
+  ppl-zoo --compilation-cache /scratch/zoo-cache compare gvq
   ppl-zoo --no-compilation-cache compare mixture"""
 
 
@@ -114,9 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
                                        "extra comparisons that `ppl-zoo list` shows")
     compare.add_argument("--output-dir", default="zoo-results",
                          help="folder for the CSV, JSON and PNG (default: ./zoo-results)")
-    compare.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    compare.add_argument("--quick", action="store_true",
-                         help="smaller problem and fewer steps, for a smoke test")
+    compare.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    size = compare.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true",
+                      help="the comparison's full problem and steps (default: the quick size)")
+    size.add_argument("--quick", action="store_true",
+                      help="the quick size: a smaller problem and fewer steps (the default; "
+                           "kept for earlier command lines)")
     compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     commands.add_parser(
         "list", help="list the models, their papers, algorithms and generic baselines",
@@ -132,9 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--output-dir", default="zoo-reproduce",
                            help="folder for report.md, findings.json, figures and logs "
                                 "(default: ./zoo-reproduce)")
-    reproduce.add_argument("--full", action="store_true",
-                           help="the examples' full sizes (about an hour) instead of quick ones")
-    reproduce.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
+    size = reproduce.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true",
+                      help=f"the examples' full sizes ({stated('reproduce_full')}) instead of "
+                           "the quick ones (default: the quick sizes)")
+    size.add_argument("--quick", action="store_true",
+                      help=f"the quick sizes ({stated('reproduce_quick')}; the default)")
+    reproduce.add_argument("--only", nargs="+", metavar="NAME",
+                           help="run only these experiments (default: all)")
     reproduce.add_argument("--list", action="store_true", help="list the experiments and exit")
     reproduce.add_argument("--html", action="store_true", help="also write report.html")
     reproduce.add_argument("--examples-dir", help="the examples folder (default: examples/ of "
@@ -167,43 +185,74 @@ def build_parser() -> argparse.ArgumentParser:
                              "waic, evidence, ...; default: the family's defaults)")
     select.add_argument("--output-dir", default="zoo-select",
                         help="folder for selection.csv, .json and .png (default: ./zoo-select)")
-    select.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    select.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     select.add_argument("--folds", type=int, default=5,
-                        help="folds of the cross-validation criterion cv (default 5)")
+                        help="folds of the cross-validation criterion cv (default: 5)")
     select.add_argument("--restarts", type=int, default=3,
-                        help="random starts per fit, the best kept (default 3)")
+                        help="random starts per fit, the best kept (default: 3)")
     select.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_study_parser(commands)
     return parser
 
 
-def _cell_lines(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+def _import_path(name: str) -> str:
+    """A registry algorithm's entry (``"fit_gvq"``, ``"clipped.fit.morph"``) as an import path."""
+    return f"inference.{name}"
+
+
+def _baseline_path(family: str, name: str, fn) -> str:
+    """Where a family's NumPyro baseline is imported from: ``inference.<family>.baselines``."""
+    import importlib
+
+    module = f"inference.{family}.baselines"
+    try:
+        if getattr(importlib.import_module(module), name, None) is fn:
+            return f"{module}.{name}"
+    except ImportError:
+        pass
+    return f"{fn.__module__}.{name}"
 
 
 def model_table() -> list[str]:
-    """The lines of ``ppl-zoo list``: one block of rows per registered model."""
+    """The lines of ``ppl-zoo list``: one block per registered model, then the run names.
+
+    Every algorithm and baseline is printed as the dotted path it is imported from
+    (``inference.fit_gvq``, ``inference.gvq.baselines.fit_gvq_svi``): the custom
+    inference from :mod:`inference` (or a family's module), NumPyro's generic baselines
+    from the family's ``inference.<family>.baselines``.
+    """
+    from inference.app.experiments import STUDIES
+
     families = load_families()
-    header = ("MODEL", "PAPER", "CUSTOM ALGORITHMS", "GENERIC BASELINES (NUMPYRO)")
-    widths = (12, 30, 34, 34)
-    rows = []
+    indent = " " * 14
+    lines = [f"{'MODEL':12s}  PAPER",
+             f"{'':12s}  custom:    CUSTOM ALGORITHMS (the papers' inference)",
+             f"{'':12s}  baselines: GENERIC BASELINES (NUMPYRO), each as the name to import", ""]
     for name, info in REGISTRY.items():
         family = families.get(info.family)
-        baselines = ", ".join(family.baselines) if family is not None else ""
-        rows.append((name, info.reference, ", ".join(info.algorithms), baselines))
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    for row in rows:
-        cells = [_cell_lines(text, width) for text, width in zip(row, widths, strict=True)]
-        for i in range(max(len(c) for c in cells)):
-            lines.append("  ".join((c[i] if i < len(c) else "").ljust(w)
-                                   for c, w in zip(cells, widths, strict=True)).rstrip())
+        lines.append(f"{name:12s}  {info.reference}")
+        baselines = ([] if family is None else
+                     [_baseline_path(info.family, b, fn) for b, fn in family.baselines.items()])
+        for label, names in (("custom:   ", [_import_path(a) for a in info.algorithms]),
+                             ("baselines:", baselines)):
+            if names:
+                lines += textwrap.wrap(", ".join(names), 100,
+                                       initial_indent=f"{indent}{label} ",
+                                       subsequent_indent=indent + " " * 11,
+                                       break_long_words=False, break_on_hyphens=False)
     compare_names = sorted(name for family in families.values() for name in family.comparisons)
     experiment_names = [e.name for family in families.values() for e in family.experiments]
+    experiment_names += [e.name for e in STUDIES]
     lines.append("")
     for label, names in (("ppl-zoo compare NAME", compare_names),
                          ("ppl-zoo reproduce --only NAME", experiment_names)):
         lines += textwrap.wrap(", ".join(names), 100, initial_indent=f"{label:31s}",
                                subsequent_indent=" " * 31, break_on_hyphens=False)
+    study = (f"examples/studies/selection.toml: the model-selection study, every family's "
+             f"criteria against the reference evidence (300 rows, {stated('selection_study')} "
+             "on two cores); examples/studies/quick.toml: a small one")
+    lines += textwrap.wrap(study, 100, initial_indent=f"{'ppl-zoo study run FILE':31s}",
+                           subsequent_indent=" " * 31, break_on_hyphens=False)
     return lines
 
 
@@ -269,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppl-zoo compare: unknown model {args.model!r}{hint}; choose from "
               f"{sorted(available)}", file=sys.stderr)
         return 2
-    result = run_comparison(name, rng_key=jax.random.key(args.seed), quick=args.quick,
+    result = run_comparison(name, rng_key=jax.random.key(args.seed), quick=not args.full,
                             progress_bar=not args.no_progress)
     print(f"# {name}: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))
     print(result.table())

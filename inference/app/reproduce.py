@@ -189,7 +189,10 @@ def reproduce(output_dir, *, full: bool = False, only=None, examples_dir=None,
     output_dir : str or Path
         Report folder (created); each example writes into a subfolder named after it.
     full : bool
-        The papers' sizes instead of the quick ones.
+        The examples' full sizes (the papers' sizes as far as the examples reach them)
+        instead of the quick ones; the model-selection study runs a bounded part of its
+        grid (:data:`~inference.app.experiments.SELECTION_STUDY_FULL_ARGS`): the whole
+        study is ``ppl-zoo study run examples/studies/selection.toml``.
     only : sequence of str, optional
         Experiment names (see :data:`~inference.app.experiments.EXPERIMENTS`).
     examples_dir : str or Path, optional
@@ -262,7 +265,9 @@ def _markdown(summary: dict) -> str:
              "Verdicts: *holds* (within the stated tolerance), *partly*, *differs* (by how much "
              "is in the row), *not checked* (the run was too small to test it), *failed* (the "
              "example did not finish). Quick sizes test fewer seeds and smaller problems than "
-             "the papers: a quick verdict is a smoke test of the claim, not a replication.", "",
+             "the papers: a quick verdict is a smoke test of the claim, not a replication. "
+             "The model-selection study runs a bounded part of its grid even at --full; "
+             "`ppl-zoo study run examples/studies/selection.toml` runs all of it.", "",
              "| experiment | paper | time s | verdicts |", "|---|---|---:|---|"]
     for r in records:
         verdicts = ", ".join(_VERDICT_MARK[f["verdict"]] for f in r["findings"])
