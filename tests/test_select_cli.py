@@ -45,7 +45,7 @@ def header_run(planted, tmp_path_factory):
 def test_csv_with_header_picks_the_planted_k_and_writes_files(header_run, planted, capsys):
     status, out = header_run
     assert status == 0
-    report = json.loads((out / "selection.json").read_text())
+    report = json.loads((out / "selection-mixture.json").read_text())
     assert report["choices"]["bic"] == "3"
     assert report["family"] == "mixture" and report["label"] == "k"
     assert report["candidates"] == [2, 3, 4]
@@ -53,11 +53,11 @@ def test_csv_with_header_picks_the_planted_k_and_writes_files(header_run, plante
     assert report["data"] == str(planted[1]["header"])
     assert report["columns"] == ["height", "width"]
     assert set(report["choices"]) == {"bic", "cv"}
-    rows = list(csv.DictReader(open(out / "selection.csv")))
+    rows = list(csv.DictReader(open(out / "selection-mixture.csv")))
     assert [r["candidate"] for r in rows] == ["2", "3", "4"]
     assert set(rows[0]) == {"candidate", "cv", "cv_se", "bic"}
     assert float(rows[1]["bic"]) == pytest.approx(report["criteria"]["bic"]["values"][1])
-    png = (out / "selection.png").read_bytes()
+    png = (out / "selection-mixture.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
 
 
@@ -67,7 +67,7 @@ def test_csv_without_header_and_npy_give_the_same_choice(planted, tmp_path, caps
         assert _select(planted[1][kind], out) == 0, kind
         text = capsys.readouterr().out
         assert "wrote CSV" in text and "wrote JSON" in text and "wrote PNG" in text
-        report = json.loads((out / "selection.json").read_text())
+        report = json.loads((out / "selection-mixture.json").read_text())
         assert report["choices"]["bic"] == "3", kind
         assert report["columns"] is None and report["num_examples"] == 300
 

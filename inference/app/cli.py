@@ -56,17 +56,6 @@ Times are estimates from recorded runs on two CPU cores. At --full the model-sel
 study runs a bounded part of its grid; the whole study ({stated("selection_study")} on two
 cores) is `ppl-zoo study run examples/studies/selection.toml`."""
 
-_EPILOG_SELECT = """\
-examples:
-  ppl-zoo select mixture --data points.csv --candidates 1 2 3 4 5
-                                         number of clusters k by the family's criteria
-  ppl-zoo select mixture --data points.npy --criteria bic cv --folds 10
-  ppl-zoo select mcvq --data ratings.csv --candidates 2,3 3,3 4x3
-                                         (K, J) pairs: K VQs of J states each
-data: a .csv file (a first row that is not all numbers is a header) or a .npy file
-holding one 2-D array; one example per row."""
-
-
 _EPILOG_MAIN = f"""\
 compilation cache:
   Every command keeps the programs that XLA compiles in a folder on disk and loads
@@ -162,35 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--timeout", type=float, default=None,
                            help="seconds after which one example counts as failed (default: none)")
     reproduce.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    select = commands.add_parser(
-        "select", help="choose a model's size (components, features, ...) on your own data",
-        formatter_class=formatter, epilog=_EPILOG_SELECT,
-        description=_wrap("Read a data matrix from a CSV or .npy file, score candidate sizes "
-                    "of a family (mixture k, MCVQ (K, J), ...) by model-selection criteria "
-                    "(VB bound, cross-validation, training likelihood, BIC, AIC, PSIS-LOO, "
-                    "WAIC, evidence; every value in nats per example, higher is better), "
-                    "print the table with each criterion's choice and write it as CSV and "
-                    "JSON with a figure."))
-    select.add_argument("family", metavar="FAMILY",
-                        help="the family whose size is chosen: one that "
-                             "`inference.model_selection` supports (mixture, mcvq, ...)")
-    select.add_argument("--data", required=True, metavar="FILE",
-                        help="the data: a .csv file (with or without a header row) or a .npy "
-                             "file holding a 2-D array, one example per row")
-    select.add_argument("--candidates", nargs="+", metavar="C",
-                        help="the candidate sizes: integers, or K,J (also KxJ) pairs for "
-                             "families sized by a pair (default: the family's own list)")
-    select.add_argument("--criteria", nargs="+", metavar="NAME",
-                        help="criteria among the family's (vb, cv, train, bic, aic, loo, "
-                             "waic, evidence, ...; default: the family's defaults)")
-    select.add_argument("--output-dir", default="zoo-select",
-                        help="folder for selection.csv, .json and .png (default: ./zoo-select)")
-    select.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    select.add_argument("--folds", type=int, default=5,
-                        help="folds of the cross-validation criterion cv (default: 5)")
-    select.add_argument("--restarts", type=int, default=3,
-                        help="random starts per fit, the best kept (default: 3)")
-    select.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    from inference.app.select_command import add_select_parser
+
+    add_select_parser(commands, formatter)
     add_study_parser(commands)
     return parser
 

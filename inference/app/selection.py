@@ -75,6 +75,7 @@ import jax
 import numpy as np
 
 from inference.app.families import load_families
+from inference.app.selection_checks import chains_reason, evidence_gap_reason, pareto_reason
 from inference.app.selection_result import ModelSelectionResult, PrunedModel, candidate_name
 from inference.app.selection_rules import argmax, folds, one_se_choice
 from ppl_models.validation import MissingKeyError, check_positive_int, check_rng_key
@@ -154,14 +155,26 @@ class _Progress:
             self.bar.close()
 
 
-def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
+def model_selection(x, candidates=None, *, model=None, criteria=None,
                     over_complete=None, mask=None, covariance: str | None = None, rng_key,
                     num_folds: int = 5, num_restarts: int = 3,
                     loo_max_size: int = LOO_MAX_SIZE, num_warmup: int = 500,
                     num_samples: int = 500, evidence_options=None,
                     evidence_max_size: int = EVIDENCE_MAX_SIZE, progress_bar: bool = False,
-                    vb_options=None, options=None, **fit_options) -> ModelSelectionResult:
-    """Score a family's candidate sizes by VB, CV, BIC, AIC, LOO, WAIC and the evidence.
+                    vb_options=None, options=None, model_args=(), model_kwargs=None,
+                    **fit_options) -> ModelSelectionResult:
+    """Score a family's candidate sizes, or the user's programs, by VB, CV, BIC, AIC, LOO,
+    WAIC and the evidence.
+
+    Three forms, one entry point:
+
+    * ``model_selection(x, [2, 3, 4], model="mixture")`` -- a family's sizes;
+    * ``model_selection(x, [program_a, program_b])`` -- the user's NumPyro programs,
+      each called ``program(x, *model_args, **model_kwargs)``
+      (:mod:`inference.app.program_selection` says what a program must look like and
+      how each criterion is computed for it);
+    * ``model_selection(x, [2, 3, 4], model=program)`` -- one program of a size, called
+      ``program(x, candidate, *model_args, **model_kwargs)`` for every candidate.
 
     Parameters
     ----------
@@ -172,12 +185,20 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
         times J = 2..4), integers for the other families (their defaults: mixture k =
         1..6, GVQ n, clipped P and PPCA q from small to the data's limit). With
         ``over_complete`` and no candidates, only the over-complete model is run.
-    model : str
+        Or NumPyro programs (callables), named by their ``__name__`` (repeats get
+        ``#2``, ``#3``).
+    model : str or callable, optional
         The family: ``"mixture"``, ``"mcvq"``, ``"gvq"``, ``"clipped"``, ``"ppca"``
-        (every family whose plug-in declares a selection; :func:`selectable_families`).
+        (every family whose plug-in declares a selection; :func:`selectable_families`);
+        default ``"mcvq"`` for sizes. Or a program taking the candidate size as its
+        second argument. Leave it out when the candidates are programs.
     criteria : sequence of str, optional
         Among the family's criteria (module docstring); default the family's
         ``default_criteria`` (MCVQ, mixture: ``"vb", "cv", "train", "bic", "loo"``).
+        For programs: among ``"cv", "train", "bic", "aic", "loo", "waic",
+        "evidence"``; default :data:`PROGRAM_DEFAULT_CRITERIA` (``"cv", "bic",
+        "aic"``) and, when every candidate has priors (sample sites),
+        :data:`PROGRAM_BAYES_CRITERIA` too (``"loo", "waic", "evidence"``).
     over_complete : (K_max, J_max) or int, optional
         MCVQ and mixture: also run VB from this large model (best of
         ``num_restarts`` runs) and report what survives as ``choice["vb (pruned)"]``.
@@ -208,12 +229,21 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
         Passed to ``fit_vb_mcvq`` / ``fit_vb_mixture``.
     options : dict, optional
         Further options of the family's scorer (its ``Selection.options``).
+    model_args, model_kwargs : tuple, dict
+        Programs only: further arguments of every program (not split into folds: only
+        x is; per-example inputs belong in x).
     **fit_options
-        Passed to the family's fit (``fit_mcvq``, ``fit_mixture``, ``fit_gvq``, ...).
+        Passed to the family's fit (``fit_mcvq``, ``fit_mixture``, ``fit_gvq``, ...;
+        for programs :func:`inference.fit_em`: ``max_iterations``, ``tol``, ...).
 
     Returns
     -------
     ModelSelectionResult
+        A candidate whose value is degenerate or unreliable (a collapsed fit, chains
+        that did not mix, Pareto k > 0.7, an evidence decided within its error) is
+        excluded from that criterion's choice and listed in ``excluded``; a criterion
+        without a trustworthy choice says why in ``no_choice``
+        (:mod:`inference.app.selection_checks`).
 
     Raises
     ------
@@ -221,7 +251,10 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
         Unknown model or criterion (for the family), empty or repeated candidates,
         sizes outside the family's limits, num_folds outside 2 .. N, bad data or
         mask, ``mask`` or ``covariance`` with the wrong model, ``"vb"`` with a
-        spherical mixture.
+        spherical mixture. For programs, naming the candidate: one that fails to
+        trace, candidates observing data of different shapes, a Bayesian criterion
+        asked of a program without priors, a per-example continuous latent site where
+        the likelihood is maximised.
     TypeError
         No ``rng_key``, candidates of the wrong form.
 
@@ -235,9 +268,27 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
     >>> result.choice["bic"], result.choice["train"]
     (3, 4)
     """
+    from inference.app.program_selection import is_program_list
+
+    if callable(model) or is_program_list(candidates):
+        if isinstance(model, str):
+            raise ValueError(f"candidates are programs (callables): leave model out or pass "
+                             f"a program; got model={model!r}")
+        if over_complete is not None or mask is not None or covariance is not None \
+                or options or vb_options:
+            raise ValueError("over_complete, mask, covariance, options and vb_options are "
+                             "family options; they do not apply to programs")
+        return _program_selection(
+            x, candidates, model, criteria, rng_key, num_folds, num_restarts, num_warmup,
+            num_samples, evidence_options, progress_bar, model_args, model_kwargs,
+            fit_options)
+    if model_args != () or model_kwargs is not None:
+        raise ValueError("model_args and model_kwargs apply to programs only; got them with "
+                         f"model={model!r}")
+    model = "mcvq" if model is None else model
     specs = selectable_families()
     if model not in specs:
-        raise ValueError(f"model must be one of {tuple(specs)}; got {model!r}")
+        raise ValueError(f"model must be one of {tuple(specs)} or a program; got {model!r}")
     spec = specs[model]
     if rng_key is None:
         raise MissingKeyError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
@@ -310,7 +361,116 @@ def model_selection(x, candidates=None, *, model: str = "mcvq", criteria=None,
     values = {c: out.values[c] for c in CRITERIA if c in out.values}
     return ModelSelectionResult(model, candidates, values, out.choice, out.errors,
                                 out.vb_sizes, oc, out.arviz_compare, out.skipped, tuple(notes),
-                                out.seconds, spec.label)
+                                out.seconds, spec.label, out.excluded, out.no_choice)
+
+
+#: Default criteria for program candidates.
+PROGRAM_DEFAULT_CRITERIA = ("cv", "bic", "aic")
+#: Added to the defaults when every program candidate has priors.
+PROGRAM_BAYES_CRITERIA = ("loo", "waic", "evidence")
+
+
+def _program_selection(x, candidates, model, criteria, rng_key, num_folds, num_restarts,
+                       num_warmup, num_samples, evidence_options, progress_bar, model_args,
+                       model_kwargs, fit_options):
+    """:func:`model_selection` between programs (the user's, or one program's sizes)."""
+    import functools
+
+    from inference.app.program_selection import (
+        PROGRAM_CRITERIA,
+        ProgramScorer,
+        program_names,
+    )
+
+    if rng_key is None:
+        raise MissingKeyError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
+    if isinstance(model_args, dict) or not isinstance(model_args, tuple | list):
+        raise TypeError(f"model_args must be a tuple of the programs' further positional "
+                        f"arguments; got {type(model_args).__name__}")
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise TypeError(f"model_kwargs must be a dict; got {type(model_kwargs).__name__}")
+    model_args, model_kwargs = tuple(model_args), dict(model_kwargs or {})
+    if model is None:
+        programs = list(candidates)
+        names = program_names(programs)
+        candidates = names
+        bound = {n: _bind(p, (), model_args, model_kwargs) for n, p in zip(names, programs,
+                                                                           strict=True)}
+        shown, label, family = {}, "program", "programs"
+    else:
+        if candidates is None:
+            raise ValueError("candidates: with model=<program>, give the sizes to pass it")
+        if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
+            raise TypeError(f"candidates must be a sequence of sizes; got {candidates!r}")
+        candidates = tuple(candidates)
+        if not candidates or len(set(candidates)) != len(candidates):
+            raise ValueError(f"candidates must be distinct and not empty; got {candidates!r}")
+        base = model
+        while isinstance(base, functools.partial):
+            base = base.func
+        family = getattr(base, "__name__", "program")
+        bound = {c: _bind(model, (c,), model_args, model_kwargs) for c in candidates}
+        shown = {c: f"{family}({candidate_name(c)})" for c in candidates}
+        label = "size"
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    scorer = ProgramScorer(x, bound, rng_key=jax.random.fold_in(rng_key, 1 << 20),
+                           names=shown, num_restarts=num_restarts, fit_options=fit_options)
+    if criteria is None:
+        criteria = PROGRAM_DEFAULT_CRITERIA
+        if all(c.bayesian for c in scorer.candidates.values()):
+            criteria = criteria + PROGRAM_BAYES_CRITERIA
+    if isinstance(criteria, str):
+        criteria = (criteria,)
+    criteria = tuple(criteria)
+    unknown = [c for c in criteria if c not in PROGRAM_CRITERIA]
+    if unknown or not criteria or len(set(criteria)) != len(criteria):
+        raise ValueError(f"criteria must be distinct names among {PROGRAM_CRITERIA} (those of "
+                         f"programs); got {list(criteria)!r}")
+    criteria = tuple(c for c in CRITERIA if c in criteria)
+    scorer.check_criteria(criteria)
+    num = scorer.num
+    num_folds = check_positive_int(num_folds, "num_folds")
+    if not 2 <= num_folds <= num:
+        raise ValueError(f"num_folds must lie in 2 .. N = {num} (the rows of x); got "
+                         f"{num_folds}")
+    num_warmup = check_positive_int(num_warmup, "num_warmup")
+    num_samples = check_positive_int(num_samples, "num_samples")
+    if num_samples < 4:
+        raise ValueError(f"num_samples must be at least 4; got {num_samples}")
+    evidence_options = {**EVIDENCE_OPTIONS, **dict(evidence_options or {})}
+    keys = dict(zip(_KEYED, jax.random.split(rng_key, len(_KEYED)), strict=True))
+    keys["evidence"] = jax.random.fold_in(rng_key, len(_KEYED))
+    n_cand = len(candidates)
+    units = sum({"cv": n_cand * num_folds, "loo": n_cand, "evidence": n_cand}.get(c, 0)
+                for c in criteria)
+    units += n_cand if {"train", "bic", "aic"} & set(criteria) else 0
+    bar = _Progress(progress_bar, units)
+    out = _Scores(candidates)
+    try:
+        _score(out, scorer, None, candidates, criteria, keys, bar, num, num_folds,
+               LOO_MAX_SIZE, (num_warmup, num_samples, progress_bar), evidence_options,
+               EVIDENCE_MAX_SIZE)
+    finally:
+        bar.close()
+    scored = bool({"cv", "train", "bic", "aic"} & set(criteria))
+    notes = out.notes + list(scorer.notes(scored))
+    values = {c: out.values[c] for c in CRITERIA if c in out.values}
+    return ModelSelectionResult(family, candidates, values, out.choice, out.errors,
+                                out.vb_sizes, None, out.arviz_compare, out.skipped,
+                                tuple(notes), out.seconds, label, out.excluded, out.no_choice)
+
+
+def _bind(program, leading, model_args, model_kwargs):
+    """``program(x, *leading, *model_args, **model_kwargs)`` as a program of x alone."""
+    if not leading and not model_args and not model_kwargs:
+        return program
+
+    def bound(x):
+        return program(x, *leading, *model_args, **model_kwargs)
+
+    bound.__name__ = getattr(program, "__name__", "program")
+    return bound
 
 
 class _Scores:
@@ -319,14 +479,50 @@ class _Scores:
     def __init__(self, candidates):
         self.values, self.choice, self.errors, self.skipped = {}, {}, {}, {}
         self.seconds, self.notes = {}, []
+        self.excluded, self.no_choice = {}, {}
         self.vb_sizes = (None,) * len(candidates)
         self.arviz_compare = None
+
+
+def _choose(out, criterion, candidates, scores, reasons, order, *, pointwise=False):
+    """``criterion``'s choice from ``scores`` (values, or pointwise rows for the one-SE
+    rule) without the candidates that ``reasons`` (index -> why) exclude; every
+    exclusion recorded, and "no choice" where nothing trustworthy is left."""
+    scores = np.array(scores, dtype=float)
+    if reasons:
+        out.excluded[criterion] = {candidate_name(candidates[i]): why
+                                   for i, why in sorted(reasons.items())}
+        for i in reasons:
+            scores[i] = np.nan
+    finite = ~np.any(np.isnan(scores), axis=1) if pointwise else np.isfinite(scores)
+    chosen = (one_se_choice(candidates, scores, order) if pointwise
+              else argmax(candidates, scores, order))
+    if reasons and not finite.any():
+        out.no_choice[criterion] = ("every candidate's value is excluded (degenerate or "
+                                    "unreliable; see excluded)")
+        chosen = None
+    out.choice[criterion] = chosen
+    return chosen
+
+
+def _note_excluded_above(out, criterion, candidates, values):
+    """A note where an excluded candidate scored above the choice."""
+    chosen = out.choice.get(criterion)
+    if chosen is None or criterion not in out.excluded:
+        return
+    best = values[list(candidates).index(chosen)]
+    above = [candidate_name(c) for c, v in zip(candidates, values, strict=True)
+             if candidate_name(c) in out.excluded[criterion] and np.isfinite(v) and v > best]
+    if above:
+        out.notes.append(f"{criterion}: excluded {above} scored above the choice "
+                         f"{candidate_name(chosen)}")
 
 
 def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, loo_max_size,
            nuts, evidence_options, evidence_max_size):
     """Every criterion of every candidate, into ``out``."""
     clock = time.perf_counter
+    order = scorer.order(candidates)
     if "vb" in criteria:
         t0 = clock()
         fits = []
@@ -351,7 +547,10 @@ def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, l
         out.values["cv"] = tuple(float(v) for v in pointwise.mean(axis=1))
         out.errors["cv"] = tuple(float(v) for v in np.std(fold_means, axis=1, ddof=1)
                                  / math.sqrt(num_folds))
-        out.choice["cv"] = one_se_choice(candidates, pointwise)
+        reasons = {i: why for i, c in enumerate(candidates)
+                   if (why := scorer.degenerate(c, "cv")) is not None}
+        _choose(out, "cv", candidates, pointwise, reasons, order, pointwise=True)
+        _note_excluded_above(out, "cv", candidates, out.values["cv"])
         out.seconds["cv"] = clock() - t0
     if {"train", "bic", "aic", "loo", "waic"} & set(criteria):
         t0 = clock()
@@ -360,6 +559,8 @@ def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, l
             train.append(scorer.train(c, jax.random.fold_in(keys["train"], i)))
             bar.step(f"fit {candidate_name(c)}")
         seconds = clock() - t0
+        reasons = {i: why for i, c in enumerate(candidates)
+                   if (why := scorer.degenerate(c, "train")) is not None}
         penalties = {"bic": math.log(num) / (2 * num), "aic": 1.0 / num}
         for c in ("train", "bic", "aic"):
             if c not in criteria:
@@ -369,20 +570,21 @@ def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, l
             else:
                 out.values[c] = tuple(t - scorer.num_parameters(cand) * penalties[c]
                                       for t, cand in zip(train, candidates, strict=True))
-            out.choice[c] = argmax(candidates, out.values[c])
+            _choose(out, c, candidates, out.values[c], reasons, order)
+            _note_excluded_above(out, c, candidates, out.values[c])
             out.seconds[c] = seconds
     if {"loo", "waic"} & set(criteria):
         _loo_and_waic(out, scorer, candidates, criteria, keys["loo"], bar, num, loo_max_size,
-                      nuts)
+                      nuts, order)
     if "evidence" in criteria:
         _evidence(out, scorer, candidates, keys["evidence"], bar, num, evidence_options,
-                  evidence_max_size)
+                  evidence_max_size, order)
     if "laplace" in criteria:
         t0 = clock()
         out.values["laplace"] = tuple(float(scorer.laplace(c)) for c in candidates)
         for c in candidates:
             bar.step(f"laplace {candidate_name(c)}")
-        out.choice["laplace"] = argmax(candidates, out.values["laplace"])
+        out.choice["laplace"] = argmax(candidates, out.values["laplace"], order)
         out.seconds["laplace"] = clock() - t0
     if "pca_mle" in criteria:
         t0 = clock()
@@ -392,7 +594,8 @@ def _score(out, scorer, spec, candidates, criteria, keys, bar, num, num_folds, l
         out.seconds["pca_mle"] = clock() - t0
 
 
-def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size, nuts):
+def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size, nuts,
+                  order=None):
     """PSIS-LOO and WAIC from one NUTS run per candidate (arviz)."""
     import arviz as az
 
@@ -402,6 +605,7 @@ def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size
     se = {c: np.full(len(candidates), np.nan) for c in ("loo", "waic")}
     pointwise = {c: np.full((len(candidates), num), np.nan) for c in ("loo", "waic")}
     data, reasons = {}, []
+    excluded = {"loo": {}, "waic": {}}
     for i, c in enumerate(candidates):
         reason = scorer.loo_reason(c, loo_max_size)
         bar.step(f"nuts {candidate_name(c)}")
@@ -420,6 +624,12 @@ def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size
             se[name][i] = float(res.se) / num
             pointwise[name][i] = np.asarray(res[pw])
         data[candidate_name(c)] = loo
+        mixing = chains_reason(idata)
+        tail = pareto_reason(loo)
+        if mixing is not None:
+            excluded["loo"][i] = excluded["waic"][i] = mixing
+        if tail is not None:
+            excluded["loo"][i] = tail if mixing is None else f"{mixing}; {tail}"
         pareto = float(np.max(np.asarray(loo.pareto_k)))
         out.notes.append(f"loo {candidate_name(c)}: largest Pareto k {pareto:.2f}"
                          f"{', WAIC variance warning' if waic.warning else ''}{extra}")
@@ -428,7 +638,9 @@ def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size
         if name in criteria:
             out.values[name] = tuple(float(v) for v in elpd[name])
             out.errors[name] = tuple(float(v) for v in se[name])
-            out.choice[name] = one_se_choice(candidates, pointwise[name])
+            _choose(out, name, candidates, pointwise[name], excluded[name], order,
+                    pointwise=True)
+            _note_excluded_above(out, name, candidates, out.values[name])
             out.seconds[name] = seconds
             if reasons:
                 out.skipped[name] = "model too large for MCMC: " + "; ".join(reasons)
@@ -438,12 +650,12 @@ def _loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size
             out.arviz_compare = az.compare(data, ic="loo")  # over the ELPDData above
 
 
-def _evidence(out, scorer, candidates, key, bar, num, options, limit):
+def _evidence(out, scorer, candidates, key, bar, num, options, limit, order=None):
     """The reference log evidence of every candidate's program, per example."""
     t0 = time.perf_counter()
     values = np.full(len(candidates), np.nan)
     errors = np.full(len(candidates), np.nan)
-    reasons, steps = [], []
+    reasons, steps, excluded = [], [], {}
     for i, c in enumerate(candidates):
         reason = scorer.evidence_reason(c, limit)
         bar.step(f"evidence {candidate_name(c)}")
@@ -453,11 +665,24 @@ def _evidence(out, scorer, candidates, key, bar, num, options, limit):
         result = scorer.evidence(c, jax.random.fold_in(key, i), options)
         values[i] = result.log_evidence / num
         errors[i] = result.standard_error / num
+        if not (result.converged and np.isfinite(values[i]) and np.isfinite(errors[i])):
+            excluded[i] = ("tempered SMC did not converge (a run short of temperature 1, or "
+                           "a non-finite estimate or standard error)")
         steps.append(f"{candidate_name(c)} {result.num_steps.min()}-{result.num_steps.max()}"
                      + ("" if result.converged else " (not converged)"))
     out.values["evidence"] = tuple(float(v) for v in values)
     out.errors["evidence"] = tuple(float(v) for v in errors)
-    out.choice["evidence"] = argmax(candidates, values)
+    kept = values.copy()
+    kept[list(excluded)] = np.nan
+    gap, pair = evidence_gap_reason(kept, errors, [candidate_name(c) for c in candidates],
+                                    num)
+    for i in pair:
+        excluded[i] = "standard error exceeds the gap it decides: " + gap
+    _choose(out, "evidence", candidates, values, excluded, order)
+    if gap is not None:
+        out.choice["evidence"] = None
+        out.no_choice["evidence"] = gap
+    _note_excluded_above(out, "evidence", candidates, out.values["evidence"])
     out.seconds["evidence"] = time.perf_counter() - t0
     if reasons:
         out.skipped["evidence"] = "too large for the reference evidence: " + "; ".join(reasons)

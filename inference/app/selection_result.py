@@ -93,7 +93,17 @@ class ModelSelectionResult(NamedTuple):
     seconds : dict
         criterion -> wall time spent on it (all candidates), in seconds.
     label : str
-        The candidates' column header (``"k"``, ``"(K, J)"``, ``"q"``, ...).
+        The candidates' column header (``"k"``, ``"(K, J)"``, ``"q"``, ...;
+        ``"program"`` for the user's programs).
+    excluded : dict
+        criterion -> {candidate name -> why its value was left out of that criterion's
+        choice}: a collapsed or otherwise degenerate fit, chains that did not mix, a
+        PSIS-LOO with Pareto k above 0.7, an evidence run that did not converge or
+        whose standard error exceeds the gap it decides
+        (:mod:`inference.app.selection_checks`). The value stays in ``values``.
+    no_choice : dict
+        criterion -> why it made no choice (``choice[criterion]`` is None): every
+        candidate excluded, or its decision within its own standard error.
     """
 
     model: str
@@ -108,6 +118,8 @@ class ModelSelectionResult(NamedTuple):
     notes: tuple
     seconds: dict = {}
     label: str = "size"
+    excluded: dict = {}
+    no_choice: dict = {}
 
     @property
     def compare_table(self):
@@ -117,7 +129,8 @@ class ModelSelectionResult(NamedTuple):
 
     def table(self) -> str:
         """Candidates as rows, criteria as columns (nats per example, higher is better);
-        ``*`` marks each column's choice, (SE) follows CV, LOO, WAIC and evidence."""
+        ``*`` marks each column's choice, ``x`` a value excluded from the choice (the
+        reasons are listed below the table), (SE) follows CV, LOO, WAIC and evidence."""
         criteria = list(self.values)
         width = max([len(self.label)] + [len(candidate_name(c)) for c in self.candidates]) + 2
         cells = {c: 20 if c in self.standard_errors else 12 for c in criteria}
@@ -133,13 +146,22 @@ class ModelSelectionResult(NamedTuple):
                 text = "-" if not np.isfinite(value) else f"{value:.4f}"
                 if c in self.standard_errors and np.isfinite(value):
                     text += f" ({self.standard_errors[c][i]:.3f})"
-                text += "*" if self.choice.get(c) == cand else " "
+                name = candidate_name(cand)
+                text += ("*" if self.choice.get(c) == cand else
+                         "x" if name in self.excluded.get(c, {}) else " ")
                 row += f"{text:>{cells[c]}s}"
             if show_sizes:
                 row += f"  {_size_text(self.vb_sizes[i])}"
             lines.append(row.rstrip())
         lines.append("values: nats per example, higher is better; * = choice (cv, loo, waic: "
-                     "smallest within one paired SE of the best)")
+                     "smallest within one paired SE of the best)"
+                     + ("; x = excluded from the choice" if any(self.excluded.values())
+                        else ""))
+        for c in criteria:
+            if c in self.no_choice:
+                lines.append(f"no choice by {c}: {self.no_choice[c]}")
+            for name, why in self.excluded.get(c, {}).items():
+                lines.append(f"excluded from {c}: {name}: {why}")
         if "pca_mle" in self.choice:
             lines.append("pca_mle: scikit-learn's PCA(n_components='mle') chooses "
                          f"{candidate_name(self.choice['pca_mle'])}")
@@ -153,7 +175,9 @@ class ModelSelectionResult(NamedTuple):
 
     def rows(self) -> list[dict]:
         """One dict per candidate: ``candidate``, then every criterion's value and (where
-        it has one) ``<criterion>_se`` -- the rows of ``ppl-zoo select``'s CSV file."""
+        it has one) ``<criterion>_se``, and ``<criterion>_excluded`` (the reason, or "")
+        for every criterion that excluded a candidate -- the rows of ``ppl-zoo select``'s
+        CSV file."""
         out = []
         for i, cand in enumerate(self.candidates):
             row = {"candidate": candidate_name(cand)}
@@ -161,20 +185,25 @@ class ModelSelectionResult(NamedTuple):
                 row[c] = float(values[i])
                 if c in self.standard_errors:
                     row[f"{c}_se"] = float(self.standard_errors[c][i])
+                if self.excluded.get(c):
+                    row[f"{c}_excluded"] = self.excluded[c].get(candidate_name(cand), "")
             out.append(row)
         return out
 
     def to_dict(self) -> dict:
         """Everything but the fits, JSON-ready (NaN -> None): family, label, candidates,
-        per criterion its values, standard errors, choice and seconds; the over-complete
-        run, skipped criteria and notes."""
+        per criterion its values, standard errors, choice, seconds, ``excluded``
+        (candidate name -> reason) and ``no_choice`` (the reason, or None); the
+        over-complete run, skipped criteria and notes."""
         criteria = {}
         for c in dict.fromkeys(list(self.values) + [k for k in self.choice
                                                     if k != "vb (pruned)"]):
             criteria[c] = {"values": _plain(self.values.get(c)),
                            "standard_errors": _plain(self.standard_errors.get(c)),
                            "choice": _plain(self.choice.get(c)),
-                           "seconds": _plain(self.seconds.get(c))}
+                           "seconds": _plain(self.seconds.get(c)),
+                           "excluded": dict(self.excluded.get(c, {})),
+                           "no_choice": self.no_choice.get(c)}
         out = {"family": self.model, "label": self.label,
                "candidates": _plain(self.candidates), "criteria": criteria,
                "skipped": dict(self.skipped), "notes": list(self.notes)}

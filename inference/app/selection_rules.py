@@ -40,23 +40,33 @@ def smallest_containing(candidates, size, model):
     return min((c for c in candidates if c >= size), default=None)
 
 
-def argmax(candidates, values):
-    """The smallest candidate whose value is within ``TIE_TOLERANCE`` of the largest."""
+def _smallest(candidates, keep, order):
+    """The smallest kept candidate: by ``order`` (one sort key per candidate) where
+    given, else by the candidates themselves."""
+    kept = [i for i, k in enumerate(keep) if k]
+    if order is None:
+        return min(candidates[i] for i in kept)
+    return candidates[min(kept, key=lambda i: order[i])]
+
+
+def argmax(candidates, values, order=None):
+    """The smallest candidate whose value is within ``TIE_TOLERANCE`` of the largest
+    (smallest by ``order``, one sort key per candidate, where given)."""
     values = np.asarray(values, float)
     finite = np.isfinite(values)
     if not finite.any():
         return None
     best = np.max(values[finite])
-    return min(c for c, v, f in zip(candidates, values, finite, strict=True)
-               if f and v >= best - TIE_TOLERANCE)
+    return _smallest(list(candidates), finite & (values >= best - TIE_TOLERANCE), order)
 
 
-def one_se_choice(candidates, pointwise):
+def one_se_choice(candidates, pointwise, order=None):
     """The smallest candidate whose mean is within one paired SE of the best mean.
 
     ``pointwise`` (candidates, N) holds per-example held-out (CV) or leave-one-out
     (PSIS-LOO) log predictive densities; rows with NaN (not scored) are
-    excluded. The SE of the difference to the best candidate is computed from the
+    excluded ("smallest" by ``order``, one sort key per candidate, where given). The
+    SE of the difference to the best candidate is computed from the
     per-example differences, sd(diff) / sqrt(N), as arviz's ``dse``: the
     one-standard-error rule (Hastie, Tibshirani and Friedman 2009, sec. 7.10;
     Vehtari et al. 2017 sec. 5 judge elpd differences against this se), so a
@@ -72,4 +82,4 @@ def one_se_choice(candidates, pointwise):
     diff = pointwise - pointwise[best]
     se = np.std(diff, axis=1, ddof=1) / math.sqrt(pointwise.shape[1])
     ok = scored & (means >= means[best] - se - TIE_TOLERANCE)
-    return min(c for c, keep in zip(candidates, ok, strict=True) if keep)
+    return _smallest(list(candidates), ok, order)

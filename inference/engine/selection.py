@@ -97,6 +97,44 @@ class Scorer:
         """Free parameters of the fitted model (BIC's and AIC's p)."""
         raise NotImplementedError
 
+    def order(self, candidates):
+        """Sort keys of the candidates for ties and the one-SE rule ("smallest" first);
+        None: the candidates' own order (K, then J; k; ...)."""
+        return None
+
+    def degenerate(self, candidate, criterion: str) -> str | None:
+        """Why the fit behind ``criterion``'s value of ``candidate`` is degenerate (then it
+        is excluded from that criterion's choice), or None.
+
+        The default reads what the family's scorer keeps: a candidate listed in its
+        ``collapsed`` (every restart collapsed a component), and a cached full-data fit
+        (``cache[candidate]``) whose ``collapsed`` flag is set or whose full
+        ``covariances`` are not positive definite
+        (:func:`inference.app.selection_checks.covariance_reason`'s test, applied here).
+        """
+        import numpy as np
+
+        if candidate in tuple(getattr(self, "collapsed", ()) or ()):
+            return "collapsed: every restart collapsed a component"
+        if criterion == "cv":
+            return None
+        fit = (getattr(self, "cache", None) or {}).get(candidate)
+        if fit is None:
+            return None
+        if getattr(fit, "collapsed", ()):
+            return f"collapsed: component(s) {list(fit.collapsed)}"
+        covariances = getattr(fit, "covariances", None)
+        if covariances is not None and np.ndim(covariances) >= 3:
+            c = np.asarray(covariances, dtype=float)
+            c = c.reshape(-1, c.shape[-1], c.shape[-1])
+            if not np.all(np.isfinite(c)):
+                return "covariance not finite"
+            eig = np.linalg.eigvalsh(0.5 * (c + np.swapaxes(c, -1, -2)))
+            if np.any(eig[:, 0] <= 1e-7 * np.maximum(eig[:, -1], 0.0)):
+                return (f"covariance not positive definite (smallest eigenvalue "
+                        f"{float(eig[:, 0].min()):.3g})")
+        return None
+
     def vb(self, candidate, rng_key):
         """(bound per example, surviving size, fit) of the best VB run started at
         ``candidate``."""
