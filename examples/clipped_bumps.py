@@ -109,7 +109,7 @@ SWEEP_SIZES = (20, 200)
 #: *(choice)* Patterns drawn from each fitted model (full run / --quick).
 NUM_MODEL_PATTERNS = 20000
 NUM_MODEL_PATTERNS_QUICK = 5000
-#: The brief's threshold: an eigenvalue counts when it exceeds this fraction of the largest.
+#: *(choice)* An eigenvalue counts as positive when it exceeds this fraction of the largest.
 RELATIVE_CUTOFF = 1e-6
 #: Eigenvalues below this fraction of the largest are rounding (float64 eigh of 256 x 256).
 ROUNDING = 1e-12

@@ -269,7 +269,7 @@ def main(argv=None):
                                    "num_positions": j, "seeds": s} for (k, j), s in settings],
                      "candidates": cands},
         "runs": runs, "summary": summaries, "trace": trace,
-        "issue": {"claim": "VB-MCVQ started at K = 8, J = 10 on shapes with 3 causes ends "
+        "vb_pruning": {"claim": "VB-MCVQ started at K = 8, J = 10 on shapes with 3 causes ends "
                            "with 3 active VQs in most of 20 seeds", **judged},
     }
     out = Path(args.output_dir)

@@ -63,8 +63,8 @@ def test_files_and_settings(quick_run):
     assert settings["candidates"] == {"K=3, J=9": [[2, 9], [3, 9], [4, 9]]}
     assert list(record["summary"]) == ["K=3, J=9"]
     assert "Compared with the claim tested" in results["printed"]
-    assert record["issue"]["text"] in results["printed"]
-    assert record["issue"]["level"] in ("holds", "holds for the causes only", "differs")
+    assert record["vb_pruning"]["text"] in results["printed"]
+    assert record["vb_pruning"]["level"] in ("holds", "holds for the causes only", "differs")
 
 
 @pytest.mark.slow

@@ -47,7 +47,8 @@ still accepted and changes nothing)."""
 
 _EPILOG_REPRODUCE = f"""\
 examples:
-  ppl-zoo reproduce                      every experiment at quick sizes ({stated("reproduce_quick")})
+  ppl-zoo reproduce                      every experiment at quick sizes
+                                         ({stated("reproduce_quick")})
   ppl-zoo reproduce --full --html        the examples' full sizes ({stated("reproduce_full")}),
                                          with report.html
   ppl-zoo reproduce --only gvq_planted mcvq_shapes

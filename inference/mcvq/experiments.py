@@ -101,15 +101,16 @@ def _overlapping_causes(data):
 
 
 def _mcvq_selection(data):
-    issue = data["issue"]
-    judged = issue["seeds"] >= MIN_SEEDS
+    # "vb_pruning"; files written before it was named so call it "issue"
+    pruning = data["vb_pruning"] if "vb_pruning" in data else data["issue"]
+    judged = pruning["seeds"] >= MIN_SEEDS
     out = [finding("VB-MCVQ from K = 8, J = 10 ends with 3 active VQs in most seeds (the "
                    "slides' 'current directions')", "most of 20 seeds",
-                   f"{issue['raw_hits']}/{issue['seeds']} (VQs), {issue['cause_hits']}/"
-                   f"{issue['seeds']} (causes)",
-                   EXAMPLE_VERDICT[issue["level"]] if judged else "not checked",
-                   f"the example's verdict {issue['level']!r}: more than half of the seeds"
-                   + ("" if judged else f"; {issue['seeds']} seed(s) too few to judge"))]
+                   f"{pruning['raw_hits']}/{pruning['seeds']} (VQs), {pruning['cause_hits']}/"
+                   f"{pruning['seeds']} (causes)",
+                   EXAMPLE_VERDICT[pruning["level"]] if judged else "not checked",
+                   f"the example's verdict {pruning['level']!r}: more than half of the seeds"
+                   + ("" if judged else f"; {pruning['seeds']} seed(s) too few to judge"))]
     summary = data["summary"].get("K=3, J=9") or next(iter(data["summary"].values()))
     seeds = summary["seeds"]
     for criterion, claim, paper in (
