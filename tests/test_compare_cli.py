@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -68,3 +69,33 @@ def test_every_sub_command_has_a_description_and_names_take_hyphens(capsys):
     assert [e.name for e in select_experiments(["gvq-planted"])] == ["gvq_planted"]
     assert main(["compare", "vb-mixture", "--no-progress"]) == 2
     assert "without a comparison of its own" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, quick", [([], True), (["--quick"], True), (["--full"], False)])
+def test_compare_is_quick_unless_full(monkeypatch, flags, quick):
+    """Like reproduce, compare runs at its quick size by default; --quick still parses."""
+    from inference.app import compare
+
+    seen = {}
+
+    def fake_run(name, *, rng_key, quick, progress_bar):
+        seen["quick"] = quick
+        raise ValueError("stub")
+
+    monkeypatch.setattr(compare, "run_comparison", fake_run)
+    with pytest.raises(ValueError, match="stub"):
+        main(["--no-compilation-cache", "compare", "gvq", "--no-progress", *flags])
+    assert seen["quick"] is quick
+    for command in (["reproduce"], ["reproduce", "--quick"], ["reproduce", "--full"]):
+        assert build_parser().parse_args(command).full is ("--full" in command)
+
+
+def test_help_spells_defaults_one_way():
+    """Every help text says "(default: X)", never "(default X)"."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    for name, sub in [("ppl-zoo", parser), *commands.choices.items()]:
+        if name == "study":  # the study runner's own parser
+            continue
+        text = sub.format_help()
+        assert not re.search(r"\(default [^:]", text), (name, text)

@@ -2,8 +2,13 @@
 
 ``compare`` runs the model's registered comparison (:mod:`inference.app.compare`),
 prints the table and writes CSV, JSON and a PNG into ``--output-dir``
-(default ``./zoo-results``). ``reproduce`` runs the papers' experiments of
-``examples/`` and writes a report of paper vs ours (:mod:`inference.app.reproduce`).
+(default ``./zoo-results``). ``compare`` and ``reproduce`` run at their quick sizes
+unless given ``--full`` (both still accept ``--quick``, the default). ``list`` prints
+every model's algorithms and NumPyro baselines as the dotted names they are imported
+from, and the names that ``compare``, ``reproduce --only`` and ``study run`` take.
+Stated run times come from :mod:`inference.app.run_times`. ``reproduce`` runs the
+papers' experiments of ``examples/`` and writes a report of paper vs ours
+(:mod:`inference.app.reproduce`).
 ``select`` scores a family's candidate sizes on a user's data file by every
 criterion asked for (:mod:`inference.app.select_command`). ``study`` runs a study file's
 grid of model-selection rows on Dask, reports it and shows its progress
