@@ -64,7 +64,7 @@ from numpyro.primitives import Messenger
 
 from inference.app.selection_checks import params_reason
 from inference.engine.selection import Scorer
-from ppl_models.diagnostics import ConvergenceWarning
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 
 __all__ = ["ProgramScorer", "program_names", "is_program_list", "ML_CRITERIA",
            "BAYES_CRITERIA", "PROGRAM_CRITERIA"]
@@ -142,9 +142,7 @@ class _Candidate:
 
         self.name, self.program = name, program
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # numpyro's notes on the user's program
-                trace = handlers.trace(handlers.seed(program, rng_key)).get_trace(x)
+            trace = handlers.trace(handlers.seed(program, rng_key)).get_trace(x)
         except Exception as error:  # noqa: BLE001 - re-raised naming the candidate
             raise ValueError(f"candidate {name!r} fails to trace on x of shape "
                              f"{tuple(np.shape(x))}: {type(error).__name__}: {error}"
@@ -261,7 +259,10 @@ class ProgramScorer(Scorer):
 
         candidate = self.candidates[name]
         with warnings.catch_warnings():
+            # Non-convergence is counted in the notes; a non-finite or degenerate fit is
+            # excluded from the choice with its reason (degenerate()).
             warnings.simplefilter("ignore", ConvergenceWarning)
+            warnings.simplefilter("ignore", NumericalWarning)
             try:
                 fit = fit_em(candidate.fit_program, x, e_step="soft", rng_key=rng_key,
                              num_restarts=self.num_restarts, **self.fit_options)
