@@ -33,6 +33,7 @@ import numpy as np
 
 from inference.association.discrete_tables import MAX_JOINT_STATES
 from inference.association.m_step import constrain
+from inference.em.closed_form import BLOCK_RTOL
 from inference.em.plan import (
     decisions,
     finish,
@@ -167,10 +168,14 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         coordinate ascent from the previous states (iterated conditional modes);
         ``"auto"``: exact where the joint states are at most ``max_joint_states``.
     m_step : {"auto", "closed", "lbfgs"}
-        ``"auto"``: in closed form when the expected log-joint is quadratic in the
-        (unconstrained) parameters, detected by tracing; else L-BFGS.
+        ``"auto"``: in closed form for each block of parameters where the expected
+        log-joint allows it, detected by tracing (quadratic in real parameters, the
+        normalised expected counts for a simplex, a power law such as a Gaussian scale's
+        for a positive parameter: :mod:`inference.em.closed_form`), the others by
+        L-BFGS. ``"closed"``: an error unless every parameter has its closed form.
+        ``"lbfgs"``: L-BFGS for all.
     m_step_iterations : int
-        L-BFGS steps per M-step.
+        L-BFGS steps per M-step (for the parameters without a closed form).
     max_joint_states : int
         The most joint states of one example that the soft and annealed E-steps (and
         exact search) enumerate.
@@ -250,11 +255,18 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         # A kept structure: check it again at this call's values (programs compiled by
         # the call that kept it), and work it out afresh where it no longer holds.
         setting, check_setting = kept
-        checks = structure_checks(first_params(start_keys[0], traced, dynamic, init_params,
-                                               setting=check_setting), traced, dynamic,
-                                  noise_value, start_keys[0], setting=check_setting)
-        if decisions(checks, check_setting) != (setting.route == "pairwise",
-                                                setting.closed_form):
+        start = first_params(start_keys[0], traced, dynamic, init_params,
+                             setting=check_setting)
+        checks = structure_checks(start, traced, dynamic, noise_value, start_keys[0],
+                                  setting=check_setting)[0]
+        pairwise = decisions(checks, check_setting._replace(closed_form=False), None)[0]
+        held = all(float(misfit) <= BLOCK_RTOL and tuple(map(float, exponents)) ==
+                   (powers if kind == "positive" else tuple(0.0 for _ in sites))
+                   for (kind, sites, powers), (misfit, exponents) in zip(
+                       setting.blocks, jax.device_get(structure_checks(
+                           start, traced, dynamic, noise_value, start_keys[0],
+                           setting=check_setting, blocks=setting.blocks)[1]), strict=True))
+        if pairwise != (setting.route == "pairwise") or not held:
             kept = None
     if kept is None:
         kept = prepare(model, args, kwargs, start_keys[0], init_params, noise, e_step=e_step,

@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
-from numpyro.distributions import constraints
 
 from inference.association.discrete_sites import (
     DiscreteSites,
@@ -28,37 +27,41 @@ from inference.association.discrete_tables import (
     pairwise_tables,
     unit_mask,
 )
-from inference.association.m_step import (
-    constrain,
-    quadratic_misfits_of_objective,
-    unconstrain,
-)
+from inference.association.m_step import constrain, unconstrain
 from inference.association.map_em import WithParams, checked_params
+from inference.em.closed_form import block_checks, candidate_blocks, choose_blocks
 from inference.em.steps import (
     Setting,
+    constrained_objective,
     e_step,
     evaluator,
-    m_step_objective,
     marginals_of,
     weights_from_marginals,
     weights_from_states,
 )
 from inference.program.kwargs import join_args, split_args, split_model_kwargs
 
-__all__ = ["QUADRATIC_RTOL", "decisions", "prepare", "structure_checks", "first_params",
-           "initial_params", "wants_quadratic", "starts", "finish",
-           "nonfinite_sites"]
-
-#: Relative misfit at or below which the M-step's objective is quadratic.
-QUADRATIC_RTOL = 1e-4
+__all__ = ["decisions", "measures", "candidate_blocks", "prepare", "structure_checks",
+           "first_params", "initial_params", "starts", "finish", "nonfinite_sites"]
 
 
-def decisions(checks, check_setting: Setting):
-    """(mean-field on the pairwise tables, M-step in closed form) from
-    :func:`structure_checks`' measures."""
-    misfit, quadratic = np.asarray(checks)
-    return (check_setting.e_step == "mean-field" and bool(misfit <= PAIRWISE_RTOL),
-            wants_quadratic(check_setting) and bool(quadratic <= QUADRATIC_RTOL))
+def decisions(checks, check_setting: Setting, measure):
+    """(mean-field on the pairwise tables, the M-step's closed-form blocks) from
+    :func:`structure_checks`' pairwise misfit and ``measure(blocks)``, its block tests."""
+    misfit = float(np.asarray(checks))
+    blocks = ()
+    if check_setting.closed_form:
+        blocks = choose_blocks(measure, {n: c.constraint for n, c in
+                                         check_setting.constraints})
+    return check_setting.e_step == "mean-field" and misfit <= PAIRWISE_RTOL, blocks
+
+
+def measures(unconstrained, traced, dynamic, noise_value, rng_key, check_setting):
+    """``measure(blocks)`` for :func:`decisions` at these values."""
+    def measure(blocks):
+        return structure_checks(unconstrained, traced, dynamic, noise_value, rng_key,
+                                setting=check_setting, blocks=blocks)[1]
+    return measure
 
 
 def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites, search,
@@ -95,14 +98,14 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
     static_args = split_args(args)[1]
     noise_mode = None if noise is None else ("program" if noise == "program" else "float")
     route = "enumerate"
-    # closed_form=True here asks the checks for the quadratic test (where m_step allows).
+    # closed_form=True here asks the checks for the closed-form tests (m_step allows).
     base = Setting(wrapped, static_args, static, layout, noise_mode, e_step, route,
                    constraints_key, m_step != "lbfgs", m_step_iterations, num_sweeps)
-    checks = structure_checks(first_params(first_key, traced, dynamic, init_params,
-                                           setting=base),
-                              traced, dynamic, noise_value, first_key, setting=base)
-    pairwise, quadratic = decisions(checks, base)
-    misfit = float(np.asarray(checks)[0])
+    start = first_params(first_key, traced, dynamic, init_params, setting=base)
+    checks = structure_checks(start, traced, dynamic, noise_value, first_key, setting=base)[0]
+    pairwise, blocks = decisions(checks, base, measures(start, traced, dynamic, noise_value,
+                                                        first_key, base))
+    misfit = float(np.asarray(checks))
     if pairwise:
         route = "pairwise"
     elif e_step == "mean-field" and not fits:
@@ -113,40 +116,35 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
             f"{described}; max_joint_states={max_joint_states})")
     elif e_step == "hard" and (search == "icm" or (search == "auto" and not fits)):
         route = "icm"
-    closed_form = quadratic
-    if m_step == "closed" and not closed_form:
-        raise ValueError("m_step='closed': the expected log-joint is not quadratic in the "
-                         f"parameters {sorted(first)} (or some carry a constraint); pass "
-                         "m_step='auto' or 'lbfgs'")
-    return base._replace(route=route, closed_form=closed_form), base
+    covered = {name for _, sites, _ in blocks for name in sites}
+    rest = sorted(set(first) - covered)
+    if m_step == "closed" and rest:
+        raise ValueError(f"m_step='closed': the expected log-joint has no closed-form "
+                         f"maximiser in the parameters {rest} (it is not quadratic in a "
+                         "real parameter, log-linear in a simplex, or a power law in a "
+                         "positive one); pass m_step='auto' or 'lbfgs'")
+    return base._replace(route=route, closed_form=not rest, blocks=blocks), base
 
 
-def wants_quadratic(setting: Setting) -> bool:
-    """Whether the M-step may be in closed form (every parameter unconstrained; the
-    setting's ``closed_form`` carries whether ``m_step`` allows it)."""
-    return setting.closed_form and all(
-        isinstance(c.constraint, type(constraints.real)) for _, c in setting.constraints)
-
-
-@partial(jax.jit, static_argnames=("setting",))
-def structure_checks(unconstrained, traced, dynamic, noise_value, rng_key, *, setting):
-    """(pairwise misfit of the log-density in the units, quadratic misfit of the M-step
-    objective in the parameters) at ``unconstrained`` parameters."""
+@partial(jax.jit, static_argnames=("setting", "blocks"))
+def structure_checks(unconstrained, traced, dynamic, noise_value, rng_key, *, setting,
+                     blocks=()):
+    """(pairwise misfit of the log-density in the units, the closed-form tests of the
+    M-step's objective for ``blocks``: :func:`inference.em.closed_form.block_checks`) at
+    ``unconstrained`` parameters and random states. With ``blocks``, only their tests."""
     layout = setting.layout
     constraint_of = {n: c.constraint for n, c in setting.constraints}
-    evaluate = evaluator(setting, constrain(unconstrained, constraint_of), traced, dynamic,
-                         noise_value)
+    theta = constrain(unconstrained, constraint_of)
     misfit = jnp.zeros(())
+    if blocks:
+        states = random_states(jax.random.fold_in(rng_key, 1), layout)
+        hard = setting._replace(e_step="hard")
+        objective = constrained_objective(hard, states, traced, dynamic, noise_value)
+        return misfit, block_checks(objective, theta, blocks, jax.random.fold_in(rng_key, 2))
+    evaluate = evaluator(setting, theta, traced, dynamic, noise_value)
     if layout.num_units and setting.e_step == "mean-field":
         misfit = pairwise_misfit(pairwise_tables(evaluate, layout), evaluate, layout, rng_key)
-    if not wants_quadratic(setting):
-        return jnp.stack([misfit, jnp.asarray(jnp.inf, misfit.dtype)])
-    states = random_states(jax.random.fold_in(rng_key, 1), layout)
-    hard = setting._replace(e_step="hard")
-    objective = m_step_objective(hard, states, traced, dynamic, noise_value)
-    quadratic = jnp.max(quadratic_misfits_of_objective(objective, unconstrained))
-    quadratic = jnp.where(jnp.isfinite(quadratic), quadratic, jnp.inf)
-    return jnp.stack([misfit.astype(quadratic.dtype), quadratic])
+    return misfit, ()
 
 
 def random_states(rng_key, layout: DiscreteSites):

@@ -18,9 +18,11 @@ and continuous ``numpyro.param`` sites, for one restart, pure and jittable:
     from the previous states.
 
 * M-step: the parameters maximise the expected log-joint ``Q(theta)`` under the
-  E-step's posterior (its states for ``"hard"``): in closed form (normal equations)
-  when ``Q`` is quadratic in the unconstrained parameters, else by a monotone L-BFGS
-  (:func:`inference.em.lbfgs.minimize`) from the current parameters.
+  E-step's posterior (its states for ``"hard"``): block by block in closed form where
+  ``Q`` has a shape that allows it (quadratic in real parameters, normalised expected
+  counts for a simplex, a power law in a positive parameter:
+  :mod:`inference.em.closed_form`), the other parameters by a monotone L-BFGS
+  (:func:`inference.em.lbfgs.minimize`) from their current values.
 
 References
 ----------
@@ -51,12 +53,14 @@ from inference.association.discrete_tables import (
     table_posterior,
     unit_mask,
 )
-from inference.association.m_step import constrain, normal_equations
+from inference.association.m_step import constrain, unconstrain
+from inference.em.closed_form import closed_form_m_step
 from inference.em.lbfgs import minimize
 from inference.program.kwargs import join_args
 
 __all__ = ["EMState", "EMInfo", "Setting", "em_step", "evaluator", "m_step_objective",
-           "weights_from_states", "weights_from_marginals", "marginals_of", "e_step",
+           "constrained_objective", "weights_from_states", "weights_from_marginals",
+           "marginals_of", "e_step",
            "enumerated_mean_field"]
 
 
@@ -71,9 +75,10 @@ class Setting(NamedTuple):
     e_step: str  # "soft", "annealed", "mean-field", "hard"
     route: str  # "enumerate" or "pairwise" (mean-field) / "icm" (hard)
     constraints: tuple  # (name, ConstraintKey), sorted
-    closed_form: bool
+    closed_form: bool  # every parameter in a closed-form block (checks: allowed at all)
     m_step_iterations: int
     num_sweeps: int
+    blocks: tuple = ()  # ((kind, sites, exponents), ...): inference.em.closed_form
 
 
 class EMState(NamedTuple):
@@ -153,26 +158,54 @@ def expected_log_joint(setting: Setting, weights, evaluate):
     return jnp.sum(jnp.where(weights > 0, weights * table, 0.0)) + outside
 
 
-def m_step_objective(setting: Setting, weights, data, dynamic, noise_value):
-    """``f(unconstrained params)``: minus Q per example (the M-step minimises it)."""
-    constraint_of = _constraint_of(setting)
+def constrained_objective(setting: Setting, weights, data, dynamic, noise_value):
+    """``f(constrained params)``: minus Q per example."""
     num = setting.layout.num_examples
 
-    def objective(unconstrained):
-        theta = constrain(unconstrained, constraint_of)
+    def objective(theta):
         evaluate = evaluator(setting, theta, data, dynamic, noise_value)
         return -expected_log_joint(setting, weights, evaluate) / num
 
     return objective
 
 
+def m_step_objective(setting: Setting, weights, data, dynamic, noise_value):
+    """``f(unconstrained params)``: minus Q per example (the M-step minimises it)."""
+    constraint_of = _constraint_of(setting)
+    f = constrained_objective(setting, weights, data, dynamic, noise_value)
+
+    def objective(unconstrained):
+        return f(constrain(unconstrained, constraint_of))
+
+    return objective
+
+
 def m_step(setting: Setting, params, weights, data, dynamic, noise_value):
-    """The M-step from ``params`` (unconstrained): (new params, solved)."""
-    objective = m_step_objective(setting, weights, data, dynamic, noise_value)
-    if setting.closed_form:
-        new, solved, _ = normal_equations(objective, params)
-        return new, solved
-    return minimize(objective, params, setting.m_step_iterations), jnp.asarray(True)
+    """The M-step from ``params`` (unconstrained): (new params, solved). The closed-form
+    blocks first (:func:`inference.em.closed_form.closed_form_m_step`), then L-BFGS on the
+    other parameters, the blocks' held at their new values."""
+    constraint_of = _constraint_of(setting)
+    solved = jnp.asarray(True)
+    covered = [n for _, sites, _ in setting.blocks for n in sites]
+    if covered:
+        f = constrained_objective(setting, weights, data, dynamic, noise_value)
+        before = constrain(params, constraint_of)
+        theta, solved = closed_form_m_step(f, before, setting.blocks)
+        # Each block raises Q in exact arithmetic; near the maximiser rounding can lower
+        # it by a little, and a step that does is not taken (EM stays monotone).
+        better = f(theta) <= f(before)
+        theta = jax.tree.map(lambda new, old: jnp.where(better, new, old), theta, before)
+        new = unconstrain({n: theta[n] for n in covered},
+                          {n: constraint_of[n] for n in covered})
+        params = {**params, **new}
+    rest = sorted(n for n in params if n not in covered)
+    if rest:
+        objective = m_step_objective(setting, weights, data, dynamic, noise_value)
+        fixed = {n: params[n] for n in covered}
+        found = minimize(lambda sub: objective({**fixed, **sub}),
+                         {n: params[n] for n in rest}, setting.m_step_iterations)
+        params = {**params, **found}
+    return params, solved
 
 
 def e_step(setting: Setting, evaluate, previous, temperature, noise_value):
