@@ -348,7 +348,7 @@ def versus_svi(problem, args) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         long = _em(problem, key, max_iterations=args.long_iterations)
-    em_trace = np.asarray(long.trace, float) / n
+    em_trace = np.asarray(long.trace.objective, float) / n
     em_final = log_likelihood(problem, long.params)
     target = em_final - args.target_gap
     em_iterations = int(np.argmax(em_trace >= target)) + 1

@@ -168,7 +168,7 @@ def test_soft_objective_is_numpyros_enumerated_log_likelihood(soft, x):
 
 
 def test_soft_log_likelihood_never_decreases(soft):
-    trace = np.asarray(soft.trace, float)
+    trace = np.asarray(soft.trace.objective, float)
     # float32: each value carries rounding of about 1e-6 of its size.
     assert np.all(np.diff(trace) >= -1e-5 * np.abs(trace[1:]))
     assert soft.converged
@@ -183,7 +183,7 @@ def test_same_key_same_result(soft, x):
 
 # --- mean-field, hard, annealed ----------------------------------------------------------
 def test_mean_field_free_energy_never_increases(mean_field):
-    trace = np.asarray(mean_field.trace, float)
+    trace = np.asarray(mean_field.trace.objective, float)
     assert mean_field.objective_name == "free_energy" and mean_field.direction == "min"
     assert np.all(np.diff(trace) <= 1e-5 * np.abs(trace[1:]))
 
@@ -200,7 +200,7 @@ def test_mean_field_bound_is_below_the_log_likelihood(mean_field, x):
 def test_hard_energy_never_increases_and_states_are_map(x):
     fit = fit_em(mixed, x, e_step="hard", rng_key=jax.random.key(2), max_iterations=40,
                  num_restarts=2)
-    trace = np.asarray(fit.trace, float)
+    trace = np.asarray(fit.trace.objective, float)
     assert np.all(np.diff(trace) <= 1e-5 * np.abs(trace[1:]) + 1e-6)
     model = handlers.substitute(mixed, data=fit.params)
     best = map_states(model, x, noise="program")
@@ -213,7 +213,7 @@ def test_annealed_schedule_ends_at_one_and_then_never_decreases(x):
                  num_restarts=1, temperatures=[4.0, 2.0, 1.5])
     temperatures = np.asarray(fit.temperatures)
     np.testing.assert_allclose(temperatures[:4], [4.0, 2.0, 1.5, 1.0])
-    trace = np.asarray(fit.trace, float)[3:]
+    trace = np.asarray(fit.trace.objective, float)[3:]
     assert np.all(np.diff(trace) >= -1e-5 * np.abs(trace[1:]))
 
 

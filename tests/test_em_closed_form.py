@@ -122,8 +122,8 @@ def test_a_fit_with_the_blocks_equals_the_fit_by_lbfgs(clusters, e_step):
         np.testing.assert_allclose(np.asarray(closed.params[name])[order_c],
                                    np.asarray(slow.params[name])[order_s],
                                    rtol=1e-2, atol=1e-2)
-    assert np.all(np.diff(np.asarray(closed.trace)) * (1 if e_step == "soft" else -1)
-                  >= -1e-5 * np.abs(np.asarray(closed.trace)[1:]))
+    assert np.all(np.diff(np.asarray(closed.trace.objective)) * (1 if e_step == "soft" else -1)
+                  >= -1e-5 * np.abs(np.asarray(closed.trace.objective)[1:]))
 
 
 def test_parameters_without_a_closed_form_go_to_lbfgs_and_closed_says_which(clusters):

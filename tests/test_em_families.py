@@ -119,7 +119,7 @@ def test_soft_em_is_fit_mixture_stochastic(x_mixture):
     # fit_em's trace is the log-likelihood after each iteration (theta_1, theta_2, ...);
     # fit_mixture's is minus the mean log-likelihood before each (theta_0, theta_1, ...).
     common = min(ours.num_iterations, family.num_iterations - 1)
-    np.testing.assert_allclose(np.asarray(ours.trace)[:common],
+    np.testing.assert_allclose(np.asarray(ours.trace.objective)[:common],
                                -num * np.asarray(family.trace.objective)[1:1 + common],
                                rtol=PARAMS_RTOL)
     np.testing.assert_allclose(ours.params["means"], family.means, rtol=PARAMS_RTOL,
@@ -214,7 +214,7 @@ def test_mean_field_em_with_one_vq_is_fit_mcvq(x_one_vq):
     assert ours.num_iterations == family.num_iterations == 10
     assert bool(np.all(np.square(np.asarray(family.sigma)) > 10 * floor))
     # Both traces hold the free energy after each iteration.
-    np.testing.assert_allclose(ours.trace, family.trace.objective, rtol=PARAMS_RTOL)
+    np.testing.assert_allclose(ours.trace.objective, family.trace.objective, rtol=PARAMS_RTOL)
     np.testing.assert_allclose(ours.params["mu"], family.mu, rtol=PARAMS_RTOL,
                                atol=PARAMS_RTOL)
     np.testing.assert_allclose(ours.params["sigma"], family.sigma, rtol=PARAMS_RTOL)

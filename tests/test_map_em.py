@@ -131,7 +131,7 @@ def test_m_step_is_the_least_squares_fit_of_the_final_states(planted, learned):
     solution = np.linalg.lstsq(design, np.asarray(planted.x, float), rcond=None)[0]
     np.testing.assert_allclose(learned.params["offset"], solution[0], atol=1e-3)
     np.testing.assert_allclose(learned.params["features"], solution[1:], atol=1e-3)
-    trace = np.asarray(learned.trace)
+    trace = np.asarray(learned.trace.objective)
     assert np.all(np.diff(trace) <= 1e-5 * np.abs(trace[:-1]) + 1e-7), trace
 
 

@@ -58,7 +58,7 @@ from inference.association.map_states import (
     solve_problem,
 )
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
-from inference.engine.protocol import follows_protocol
+from inference.engine.protocol import Trace, follows_protocol
 from inference.program.cache import SignatureCache, sites_key
 from inference.program.kwargs import freeze_options, join_args, split_args, split_model_kwargs
 from ppl_models.diagnostics import NumericalWarning
@@ -69,8 +69,20 @@ __all__ = ["MapEMResult", "fit_map_em", "WithParams", "param_sites", "checked_pa
 _RTOL = 1e-4
 
 
+class _MapEMResultFields(NamedTuple):
+    params: dict
+    states: dict
+    objective: float
+    converged: bool
+    num_iterations: int
+    trace: Trace
+    restart_objectives: jax.Array
+    closed_form: bool
+    num_changed: jax.Array | None = None
+
+
 @follows_protocol("mean_energy", "min")
-class MapEMResult(NamedTuple):
+class MapEMResult(_MapEMResultFields):
     """What :func:`fit_map_em` returns (the best restart).
 
     Attributes
@@ -83,8 +95,9 @@ class MapEMResult(NamedTuple):
         The final mean energy.
     converged : bool
     num_iterations : int
-    trace : array (num_iterations,)
-        Mean energy after every iteration's M-step.
+    trace : Trace
+        ``trace.objective``: the mean energy after every iteration's M-step (a file saved
+        when the trace was the bare array loads with it as ``trace.objective``).
     restart_objectives : array (num_restarts,)
         The final objective of every restart.
     closed_form : bool
@@ -93,15 +106,13 @@ class MapEMResult(NamedTuple):
         Examples whose states changed at each iteration's E-step.
     """
 
-    params: dict
-    states: dict
-    objective: float
-    converged: bool
-    num_iterations: int
-    trace: jax.Array
-    restart_objectives: jax.Array
-    closed_form: bool
-    num_changed: jax.Array | None = None
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
+        if not isinstance(self.trace, Trace):  # a bare array of objectives
+            self = self._replace(trace=Trace(self.trace))
+        return self
 
 
 class _WithParams:

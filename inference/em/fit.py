@@ -43,7 +43,7 @@ from inference.em.plan import (
     starts,
     structure_checks,
 )
-from inference.em.result import EMResult, objective_of
+from inference.em.result import EMResult, EMTrace, objective_of
 from inference.em.steps import EMState, em_step
 from inference.engine.loop import Algorithm, run, select, warn_not_converged
 from inference.program.cache import SignatureCache, sites_key
@@ -318,8 +318,8 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
     else:
         posteriors = layout.unflatten_marginals(marginals)
     return EMResult(learned, states, posteriors, objective, name, direction, converged, count,
-                    trace.objective, jnp.asarray(finals), e_step, setting.closed_form,
-                    trace.temperature, issue)
+                    EMTrace(trace.objective, trace.temperature), jnp.asarray(finals), e_step,
+                    setting.closed_form, trace.temperature, issue)
 
 
 #: Prepared fits of recent calls, by program, argument shapes and settings.

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import jax
 
-__all__ = ["EMResult", "objective_of", "OBJECTIVES"]
+__all__ = ["EMResult", "EMTrace", "objective_of", "OBJECTIVES"]
 
 #: Each E-step's objective: (name, direction: "max" it never decreases, "min" never
 #: increases, once the temperature is 1).
@@ -19,7 +19,39 @@ def objective_of(e_step: str) -> tuple[str, str]:
     return OBJECTIVES[e_step]
 
 
-class EMResult(NamedTuple):
+class EMTrace(NamedTuple):
+    """The per-iteration values of :func:`inference.fit_em` (the result protocol's trace).
+
+    Attributes
+    ----------
+    objective : array (num_iterations,)
+        The objective after every iteration's M-step (at that iteration's E-step).
+    temperature : array (num_iterations,)
+        The temperature of every iteration's E-step (1 where not annealed).
+    """
+
+    objective: jax.Array
+    temperature: jax.Array
+
+
+class _EMResultFields(NamedTuple):
+    params: dict
+    states: dict | None
+    posteriors: dict | None
+    objective: float
+    objective_name: str
+    direction: str
+    converged: bool
+    num_iterations: int
+    trace: EMTrace
+    restart_objectives: jax.Array
+    e_step: str
+    closed_form: bool
+    temperatures: jax.Array
+    numerical_issue: str | None = None
+
+
+class EMResult(_EMResultFields):
     """What :func:`inference.fit_em` returns (the best restart).
 
     A point estimate of the parameters, so no ``to_inference_data``: it holds no draws
@@ -50,8 +82,10 @@ class EMResult(NamedTuple):
         increases (for the annealed E-steps, once the temperature has reached 1).
     converged : bool
     num_iterations : int
-    trace : array (num_iterations,)
-        The objective after every iteration's M-step.
+    trace : EMTrace
+        ``trace.objective``: the objective after every iteration's M-step;
+        ``trace.temperature``: each iteration's temperature. (A file saved when the trace
+        was the bare array of objectives loads with it as ``trace.objective``.)
     restart_objectives : array (num_restarts,)
         Every restart's final objective.
     e_step : str
@@ -63,17 +97,10 @@ class EMResult(NamedTuple):
         What was not finite, when the objective was not (a warning said so too).
     """
 
-    params: dict
-    states: dict | None
-    posteriors: dict | None
-    objective: float
-    objective_name: str
-    direction: str
-    converged: bool
-    num_iterations: int
-    trace: jax.Array
-    restart_objectives: jax.Array
-    e_step: str
-    closed_form: bool
-    temperatures: jax.Array
-    numerical_issue: str | None = None
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
+        if not isinstance(self.trace, EMTrace):  # a bare array of objectives
+            self = self._replace(trace=EMTrace(self.trace, self.temperatures))
+        return self
