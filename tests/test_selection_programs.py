@@ -370,3 +370,22 @@ def test_read_selection_reads_the_old_file_name(tmp_path):
     assert read_selection(tmp_path, "mixture")["x"] == 1
     with pytest.raises(FileNotFoundError):
         read_selection(tmp_path, "mcvq")
+
+
+def test_an_unreliable_value_above_the_choice_leaves_no_choice():
+    from inference.app.selection_scoring import Scores, choose
+
+    names = ("a", "b", "c")
+    out = Scores(names)
+    choose(out, "loo", names, [-2.0, -1.0, -3.0], {1: "chains not mixed"}, None,
+           unreliable=True)
+    assert out.choice["loo"] is None and "['b']" in out.no_choice["loo"]
+    # Below the choice, an unreliable value does not matter ...
+    out = Scores(names)
+    choose(out, "loo", names, [-2.0, -2.5, -3.0], {1: "chains not mixed"}, None,
+           unreliable=True)
+    assert out.choice["loo"] == "a" and not out.no_choice
+    # ... and a degenerate fit (a collapsed component) is left out whatever it scored.
+    out = Scores(names)
+    choose(out, "bic", names, [-2.0, 5.0, -3.0], {1: "collapsed"}, None)
+    assert out.choice["bic"] == "a" and out.excluded["bic"] == {"b": "collapsed"}

@@ -63,11 +63,24 @@ from numpyro.distributions import biject_to
 from numpyro.primitives import Messenger
 
 from inference.app.selection_checks import params_reason
+from inference.app.selection_result import ModelSelectionResult, candidate_name
+from inference.app.selection_scoring import (
+    CRITERIA,
+    EVIDENCE_MAX_SIZE,
+    EVIDENCE_OPTIONS,
+    KEYED,
+    LOO_MAX_SIZE,
+    Progress,
+    Scores,
+    score_candidates,
+)
 from inference.engine.selection import Scorer
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.validation import MissingKeyError, check_positive_int, check_rng_key
 
-__all__ = ["ProgramScorer", "program_names", "is_program_list", "ML_CRITERIA",
-           "BAYES_CRITERIA", "PROGRAM_CRITERIA"]
+__all__ = ["ProgramScorer", "program_names", "is_program_list", "select_programs", "bind",
+           "ML_CRITERIA", "BAYES_CRITERIA", "PROGRAM_CRITERIA", "PROGRAM_DEFAULT_CRITERIA",
+           "PROGRAM_BAYES_CRITERIA"]
 
 #: The criteria that maximise the likelihood of the parameters.
 ML_CRITERIA = ("cv", "train", "bic", "aic")
@@ -255,7 +268,7 @@ class ProgramScorer(Scorer):
             candidate.check(criteria)
 
     def _fit(self, name, x, rng_key):
-        from inference import fit_em
+        from inference.em.fit import fit_em
 
         candidate = self.candidates[name]
         with warnings.catch_warnings():
@@ -343,3 +356,105 @@ class ProgramScorer(Scorer):
         if self.unconverged:
             out.append(f"{self.unconverged} of {self.num_fits} fit_em calls did not converge")
         return out
+
+
+#: Default criteria for program candidates.
+PROGRAM_DEFAULT_CRITERIA = ("cv", "bic", "aic")
+#: Added to the defaults when every program candidate has priors.
+PROGRAM_BAYES_CRITERIA = ("loo", "waic", "evidence")
+
+
+def select_programs(x, candidates, model, criteria, rng_key, num_folds, num_restarts,
+                    num_warmup, num_samples, evidence_options, progress_bar, model_args,
+                    model_kwargs, fit_options):
+    """:func:`inference.model_selection` between programs (the user's, or one program's
+    sizes): its arguments, checked here; returns a ``ModelSelectionResult``."""
+    if rng_key is None:
+        raise MissingKeyError("model_selection needs an explicit rng_key (e.g. jax.random.key(0))")
+    check_rng_key(rng_key)
+    if isinstance(model_args, dict) or not isinstance(model_args, tuple | list):
+        raise TypeError(f"model_args must be a tuple of the programs' further positional "
+                        f"arguments; got {type(model_args).__name__}")
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise TypeError(f"model_kwargs must be a dict; got {type(model_kwargs).__name__}")
+    model_args, model_kwargs = tuple(model_args), dict(model_kwargs or {})
+    if model is None:
+        programs = list(candidates)
+        names = program_names(programs)
+        candidates = names
+        bound = {n: bind(p, (), model_args, model_kwargs) for n, p in zip(names, programs,
+                                                                           strict=True)}
+        shown, label, family = {}, "program", "programs"
+    else:
+        if candidates is None:
+            raise ValueError("candidates: with model=<program>, give the sizes to pass it")
+        if isinstance(candidates, str | bytes) or not hasattr(candidates, "__iter__"):
+            raise TypeError(f"candidates must be a sequence of sizes; got {candidates!r}")
+        candidates = tuple(candidates)
+        if not candidates or len(set(candidates)) != len(candidates):
+            raise ValueError(f"candidates must be distinct and not empty; got {candidates!r}")
+        base = model
+        while isinstance(base, functools.partial):
+            base = base.func
+        family = getattr(base, "__name__", "program")
+        bound = {c: bind(model, (c,), model_args, model_kwargs) for c in candidates}
+        shown = {c: f"{family}({candidate_name(c)})" for c in candidates}
+        label = "size"
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    scorer = ProgramScorer(x, bound, rng_key=jax.random.fold_in(rng_key, 1 << 20),
+                           names=shown, num_restarts=num_restarts, fit_options=fit_options)
+    if criteria is None:
+        criteria = PROGRAM_DEFAULT_CRITERIA
+        if all(c.bayesian for c in scorer.candidates.values()):
+            criteria = criteria + PROGRAM_BAYES_CRITERIA
+    if isinstance(criteria, str):
+        criteria = (criteria,)
+    criteria = tuple(criteria)
+    unknown = [c for c in criteria if c not in PROGRAM_CRITERIA]
+    if unknown or not criteria or len(set(criteria)) != len(criteria):
+        raise ValueError(f"criteria must be distinct names among {PROGRAM_CRITERIA} (those of "
+                         f"programs); got {list(criteria)!r}")
+    criteria = tuple(c for c in CRITERIA if c in criteria)
+    scorer.check_criteria(criteria)
+    num = scorer.num
+    num_folds = check_positive_int(num_folds, "num_folds")
+    if not 2 <= num_folds <= num:
+        raise ValueError(f"num_folds must lie in 2 .. N = {num} (the rows of x); got "
+                         f"{num_folds}")
+    num_warmup = check_positive_int(num_warmup, "num_warmup")
+    num_samples = check_positive_int(num_samples, "num_samples")
+    if num_samples < 4:
+        raise ValueError(f"num_samples must be at least 4; got {num_samples}")
+    evidence_options = {**EVIDENCE_OPTIONS, **dict(evidence_options or {})}
+    keys = dict(zip(KEYED, jax.random.split(rng_key, len(KEYED)), strict=True))
+    keys["evidence"] = jax.random.fold_in(rng_key, len(KEYED))
+    n_cand = len(candidates)
+    units = sum({"cv": n_cand * num_folds, "loo": n_cand, "evidence": n_cand}.get(c, 0)
+                for c in criteria)
+    units += n_cand if {"train", "bic", "aic"} & set(criteria) else 0
+    bar = Progress(progress_bar, units)
+    out = Scores(candidates)
+    try:
+        score_candidates(out, scorer, None, candidates, criteria, keys, bar, num, num_folds,
+               LOO_MAX_SIZE, (num_warmup, num_samples, progress_bar), evidence_options,
+               EVIDENCE_MAX_SIZE)
+    finally:
+        bar.close()
+    scored = bool({"cv", "train", "bic", "aic"} & set(criteria))
+    notes = out.notes + list(scorer.notes(scored))
+    values = {c: out.values[c] for c in CRITERIA if c in out.values}
+    return ModelSelectionResult(family, candidates, values, out.choice, out.errors,
+                                out.vb_sizes, None, out.arviz_compare, out.skipped,
+                                tuple(notes), out.seconds, label, out.excluded, out.no_choice)
+
+
+def bind(program, leading, model_args, model_kwargs):
+    """``program(x, *leading, *model_args, **model_kwargs)`` as a program of x alone."""
+    if not leading and not model_args and not model_kwargs:
+        return program
+
+    def bound(x):
+        return program(x, *leading, *model_args, **model_kwargs)
+
+    bound.__name__ = getattr(program, "__name__", "program")
+    return bound
