@@ -1,5 +1,6 @@
 """``ppl-zoo compare gvq`` writes its table, JSON and figure; ``ppl-zoo list`` lists it."""
 
+import argparse
 import csv
 import json
 import re
@@ -90,12 +91,23 @@ def test_compare_is_quick_unless_full(monkeypatch, flags, quick):
         assert build_parser().parse_args(command).full is ("--full" in command)
 
 
+def _parsers(name, parser):
+    """``parser`` and every sub-command's parser under it, with their command lines."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(f"{name} {sub_name}", sub)
+
+
 def test_help_spells_defaults_one_way():
-    """Every help text says "(default: X)", never "(default X)"."""
-    parser = build_parser()
-    commands = next(a for a in parser._actions if a.dest == "command")
-    for name, sub in [("ppl-zoo", parser), *commands.choices.items()]:
-        if name == "study":  # the study runner's own parser
-            continue
-        text = sub.format_help()
+    """Every help text says "(default: X)", never "(default X)": every command and the
+    sub-commands under it (``study run | report | status``)."""
+    parsers = dict(_parsers("ppl-zoo", build_parser()))
+    assert {"ppl-zoo compare", "ppl-zoo study run", "ppl-zoo study report",
+            "ppl-zoo study status"} <= set(parsers)
+    for name, parser in parsers.items():
+        text = parser.format_help()
         assert not re.search(r"\(default [^:]", text), (name, text)
+    assert "(default: 1)" in parsers["ppl-zoo study run"].format_help()
+    assert "(default: 10)" in parsers["ppl-zoo compare"].format_help()

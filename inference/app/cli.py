@@ -46,6 +46,11 @@ examples:
   ppl-zoo compare mixture --full --seed 3
                                          EM / hard-cut EM / k-means beside NumPyro's SVI and
                                          NUTS, at the comparison's full size
+  ppl-zoo compare ppca --seeds 0 1 2 3 --workers 2
+                                         four seeds, one table with a seed column, on a
+                                         LocalCluster of two worker processes
+  ppl-zoo compare gvq --seeds 0 1 2 --scheduler tcp://10.0.0.5:8786
+                                         the seeds on a running Dask scheduler
   ppl-zoo list                           every model, its paper and its comparisons
 Like `reproduce`, `compare` runs at its quick size unless --full is given (--quick is
 still accepted and changes nothing)."""
@@ -118,7 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "extra comparisons that `ppl-zoo list` shows")
     compare.add_argument("--output-dir", default="zoo-results",
                          help="folder for the CSV, JSON and PNG (default: ./zoo-results)")
-    compare.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    seeds = compare.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    seeds.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                       help="run the comparison once per seed and write one table with a "
+                            "seed column (default: the one --seed)")
     size = compare.add_mutually_exclusive_group()
     size.add_argument("--full", action="store_true",
                       help="the comparison's full problem and steps (default: the quick size)")
@@ -126,6 +135,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the quick size: a smaller problem and fewer steps (the default; "
                            "kept for earlier command lines)")
     compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    dask = compare.add_argument_group(
+        "on Dask", _wrap("Run the seeds as Dask tasks, one per seed, as `ppl-zoo study run` "
+                         "runs a study's rows (needs the extra 'study': pip install "
+                         '"ppl-zoo[study]"). Default: one after another here; the numbers are '
+                         "the same either way."))
+    dask.add_argument("--dask", action="store_true",
+                      help="run the seeds on a new LocalCluster on this machine")
+    dask.add_argument("--scheduler", metavar="ADDRESS",
+                      help="run the seeds on a running Dask scheduler (tcp://host:8786)")
+    dask.add_argument("--workers", type=int, metavar="N",
+                      help="the LocalCluster's worker processes (default: one per core; "
+                           "implies --dask)")
+    dask.add_argument("--threads-per-worker", type=int, metavar="N",
+                      help="threads per worker process, one seed each (default: 1; "
+                           "implies --dask)")
+    dask.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="seconds to wait for the scheduler at --scheduler (default: 10)")
     commands.add_parser(
         "list", help="list the models, their papers, algorithms and generic baselines",
         description="List every registered model: its paper, the custom algorithms that fit "
@@ -247,6 +273,40 @@ def start_compilation_cache(args: argparse.Namespace):
     return folder
 
 
+def _compare_seeds(name: str, args: argparse.Namespace, cache_folder) -> int:
+    """``ppl-zoo compare NAME --seeds ...`` (or on Dask): one run per seed, one table."""
+    from inference.app.compare import run_comparisons, save_comparisons
+    from inference.app.study.spec import StudyError
+
+    try:
+        for value, flag in ((args.workers, "--workers"),
+                            (args.threads_per_worker, "--threads-per-worker")):
+            if value is not None and value < 1:
+                raise ValueError(f"{flag} must be at least 1; got {value}")
+            if value is not None and args.scheduler:
+                raise ValueError(f"{flag} sets up a LocalCluster on this machine; it cannot "
+                                 f"be combined with --scheduler")
+        runs = run_comparisons(
+            name, args.seeds or [args.seed], quick=not args.full,
+            progress_bar=not args.no_progress, dask=args.dask, scheduler=args.scheduler,
+            workers=args.workers, threads_per_worker=args.threads_per_worker,
+            cache_dir=cache_folder, connect_timeout=args.connect_timeout)
+    except (ValueError, StudyError, ImportError) as error:
+        print(f"ppl-zoo compare: {error}", file=sys.stderr)
+        return 2
+    result = runs.combined()
+    print(f"# {name} on {runs.where}: " + ", ".join(f"{k}={v}"
+                                                   for k, v in result.settings.items()))
+    if result.rows:
+        print(result.table())
+    for seed, error in runs.failures.items():
+        print(f"ppl-zoo compare: seed {seed} failed:\n{error}", file=sys.stderr)
+    paths = save_comparisons(runs, args.output_dir)
+    for kind, path in paths.items():
+        print(f"wrote {kind.upper():4s} {path}")
+    return 1 if runs.failures else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``ppl-zoo`` script; returns the exit status."""
     from inference.app.compare import comparisons, run_comparison, save_comparison
@@ -287,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ppl-zoo compare: unknown model {args.model!r}{hint}; choose from "
               f"{sorted(available)}", file=sys.stderr)
         return 2
+    on_dask = (args.dask or args.scheduler is not None or args.workers is not None
+               or args.threads_per_worker is not None)
+    if args.seeds or on_dask:
+        return _compare_seeds(name, args, cache_folder)
     result = run_comparison(name, rng_key=jax.random.key(args.seed), quick=not args.full,
                             progress_bar=not args.no_progress)
     print(f"# {name}: " + ", ".join(f"{k}={v}" for k, v in result.settings.items()))

@@ -53,13 +53,13 @@ def add_study_parser(commands) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, metavar="N",
                      help="the LocalCluster's worker processes (default: one per core)")
     run.add_argument("--threads-per-worker", type=int, metavar="N",
-                     help="threads per worker process, one row each (default 1)")
+                     help="threads per worker process, one row each (default: 1)")
     run.add_argument("--serial", action="store_true",
                      help="compute the rows one after another in this process, without Dask")
     run.add_argument("--keep-failed", action="store_true",
                      help="keep rows recorded as failed instead of computing them again")
     run.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                     help="seconds to wait for the scheduler at --scheduler (default 10)")
+                     help="seconds to wait for the scheduler at --scheduler (default: 10)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return study
 

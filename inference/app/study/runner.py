@@ -14,6 +14,11 @@ again unless ``keep_failed``. A worker process that dies during a row (killed, o
 memory) has its row run again on another worker by the scheduler (up to Dask's
 ``distributed.scheduler.allowed-failures`` times, then the row is recorded as failed).
 
+The pieces that are not about rows -- :func:`dask_client` (the cluster or scheduler a
+run's tasks go to) and :func:`as_finished` (one task per item, results as they come,
+the scheduler's losses and dead workers told apart) -- also run a comparison's seeds
+(``ppl-zoo compare --seeds ... --dask``, :func:`inference.app.compare.run_comparisons`).
+
 Dask (``distributed``) is an optional dependency: ``pip install "ppl-zoo[study]"``.
 """
 
@@ -25,6 +30,7 @@ import socket
 import time
 import traceback
 from concurrent.futures import CancelledError
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +39,8 @@ from inference.app.study.rows import execute_row, record_of, start_cache, worker
 from inference.app.study.spec import Study, StudyError
 from inference.app.study.store import RowStore
 
-__all__ = ["StudyRun", "default_workers", "local_cluster", "require_distributed", "run_study"]
+__all__ = ["StudyRun", "as_finished", "dask_client", "default_workers", "local_cluster",
+           "progress_bar", "require_distributed", "run_study"]
 
 EXTRA_HINT = 'pip install "ppl-zoo[study]"'
 
@@ -112,10 +119,69 @@ def _connect(distributed, scheduler, timeout, where):
                          f"{timeout:g} s ({type(error).__name__}: {error})") from None
 
 
-def _bar(total, name, show):
+@contextmanager
+def dask_client(*, client=None, scheduler: str | None = None, workers: int | None = None,
+                threads_per_worker: int | None = None, setup: dict | None = None,
+                connect_timeout: float = 10.0, where: str = "--scheduler"):
+    """The Dask client that a run's tasks go to, closed again on leaving.
+
+    ``client`` itself (left open); else a client of the scheduler at ``scheduler``
+    (a :class:`~inference.app.study.spec.StudyError` naming ``where`` when none answers
+    within ``connect_timeout`` seconds); else one of a new :func:`local_cluster` of
+    ``workers`` processes set up for ``setup``. A study's rows and a comparison's seeds
+    (``ppl-zoo compare --seeds``) both run through it.
+    """
+    distributed = require_distributed()
+    own_client = own_cluster = None
+    try:
+        if client is None:
+            if scheduler:
+                client = own_client = _connect(distributed, scheduler, connect_timeout, where)
+            else:
+                own_cluster = local_cluster(workers, threads_per_worker, setup)
+                client = own_client = distributed.Client(own_cluster)
+        yield client
+    finally:
+        if own_client is not None:
+            own_client.close()
+        if own_cluster is not None:
+            own_cluster.close()
+
+
+def as_finished(client, fn, items, *, key, args=(), retries: int = 0):
+    """Submit ``fn(item, *args)`` for every item, one Dask task each (keyed ``key(item)``),
+    and yield ``(item, result, error)`` as each task finishes.
+
+    ``error`` is None, or the exception the task ended with: a
+    :class:`concurrent.futures.CancelledError` when the scheduler lost the task (it was
+    shut down or restarted: not the task's fault), ``distributed.KilledWorker`` when
+    the task killed its workers more often than Dask allows, or whatever the call raised
+    after Dask's ``retries``. The tasks not finished yet are cancelled when the
+    generator is closed (the caller stopped, or was interrupted).
+    """
+    distributed = require_distributed()
+    futures = {}
+    try:
+        for item in items:
+            future = client.submit(fn, item, *args, key=key(item), pure=False, retries=retries)
+            futures[future] = item
+        for future in distributed.as_completed(futures):
+            item = futures.pop(future)
+            try:
+                result, error = future.result(), None
+            except (CancelledError, Exception) as failed:  # noqa: BLE001 - handed to the caller
+                result, error = None, failed
+            yield item, result, error
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def progress_bar(total, desc, show, unit="row"):
+    """A tqdm bar over a run's tasks (hidden when ``show`` is false or there are none)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=f"study {name}", unit="row", disable=not show or not total,
+    return tqdm(total=total, desc=desc, unit=unit, disable=not show or not total,
                 smoothing=0.1)
 
 
@@ -150,44 +216,27 @@ def _failed_here(spec: RowSpec, error: BaseException) -> dict:
 
 def _run_dask(todo, store, setup, finish, *, client, scheduler, workers, threads, retries,
               timeout, where, run):
-    distributed = require_distributed()
     started = time.perf_counter()
-    own_client = own_cluster = None
-    if client is None:
-        if scheduler:
-            client = own_client = _connect(distributed, scheduler, timeout, where)
-        else:
-            own_cluster = local_cluster(workers, threads, setup)
-            client = own_client = distributed.Client(own_cluster)
-    run.startup_seconds = time.perf_counter() - started
-    folder = str(store.folder.resolve())
-    futures, lost = {}, []
-    try:
-        for spec in todo:
-            future = client.submit(execute_row, spec, folder, setup, key=f"study-row-{spec.key}",
-                                   pure=False, retries=retries)
-            futures[future] = spec
-        for future in distributed.as_completed(futures):
-            spec = futures.pop(future)
-            try:
-                record = future.result()
-            except CancelledError:  # the scheduler went away or restarted: not the row's fault
-                lost.append(spec)
-                continue
-            except Exception as error:  # KilledWorker (the row killed its workers), ...
-                record = _failed_here(spec, error)
-            finish(record)
-        if lost:
-            raise StudyError(f"the scheduler lost {len(lost)} row(s) before they finished (it "
-                             "was shut down or restarted); the finished rows are kept: run the "
-                             "study again to compute the others")
-    finally:
-        for future in futures:
-            future.cancel()
-        if own_client is not None:
-            own_client.close()
-        if own_cluster is not None:
-            own_cluster.close()
+    lost = []
+    with dask_client(client=client, scheduler=scheduler, workers=workers,
+                     threads_per_worker=threads, setup=setup, connect_timeout=timeout,
+                     where=where) as client:
+        run.startup_seconds = time.perf_counter() - started
+        folder = str(store.folder.resolve())
+        tasks = as_finished(client, execute_row, todo, key=lambda spec: f"study-row-{spec.key}",
+                            args=(folder, setup), retries=retries)
+        with closing(tasks):  # rows not finished are cancelled on leaving
+            for spec, record, error in tasks:
+                if isinstance(error, CancelledError):  # the scheduler went away or restarted
+                    lost.append(spec)
+                    continue
+                if error is not None:  # KilledWorker (the row killed its workers), ...
+                    record = _failed_here(spec, error)
+                finish(record)
+    if lost:
+        raise StudyError(f"the scheduler lost {len(lost)} row(s) before they finished (it "
+                         "was shut down or restarted); the finished rows are kept: run the "
+                         "study again to compute the others")
 
 
 def run_study(study: Study, *, output_dir=None, scheduler: str | None = None,
@@ -253,7 +302,7 @@ def run_study(study: Study, *, output_dir=None, scheduler: str | None = None,
                 "scheduler": "serial" if serial else (scheduler or "LocalCluster"),
                 "submitted": [spec.key for spec in todo], "state": "running"}
     store.write_manifest(manifest)
-    bar = _bar(len(todo), study.name, progress)
+    bar = progress_bar(len(todo), f"study {study.name}", progress)
     finish = _Finisher(store, run, bar)
     setup = _setup(study, cache_dir)
     state = "interrupted"
