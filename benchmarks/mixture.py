@@ -90,11 +90,11 @@ triangular inverses of the k (d, d) covariances, O(k d^3), are neglected):
   comparisons N k; centre update N d. Total ``2 N k d + 3 N k + N d``.
 
 Achieved GFLOP/s = count / warm median time, against three jitted references
-timed in the same run, in each dtype: the plain matmul (N, d) @ (d, k d) the
-brief names (at d = 16 its (N, k d) output makes it memory-bound), the same
-product in 2048-row blocks reduced at once to the (N, k) sums of squares (the
-Mahalanobis distances; the output stays in cache), and the plain matmul
-(N, p) @ (p, k), p = d (d + 3) / 2 + 1 = 153, that our EM is built on.
+timed in the same run, in each dtype: the plain matmul (N, d) @ (d, k d) of the
+E-step's whitening above (at d = 16 its (N, k d) output makes it memory-bound),
+the same product in 2048-row blocks reduced at once to the (N, k) sums of
+squares (the Mahalanobis distances; the output stays in cache), and the plain
+matmul (N, p) @ (p, k), p = d (d + 3) / 2 + 1 = 153, that our EM is built on.
 
 Our own FLOPs are fewer than the nominal count, and the ``actual`` column
 says what ours does: ``inference.mixture.em`` evaluates every component's
