@@ -302,8 +302,8 @@ def _compare_seeds(name: str, args: argparse.Namespace, cache_folder) -> int:
     for seed, error in runs.failures.items():
         print(f"ppl-zoo compare: seed {seed} failed:\n{error}", file=sys.stderr)
     paths = save_comparisons(runs, args.output_dir)
-    for kind, path in paths.items():
-        print(f"wrote {kind.upper():4s} {path}")
+    for kind, path in paths.items():  # "csv", "json", "png seed 3", ...
+        print(f"wrote {kind.split()[0].upper():4s} {path}")
     return 1 if runs.failures else 0
 
 
