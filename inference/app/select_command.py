@@ -1,17 +1,16 @@
 """``ppl-zoo select FAMILY --data FILE``: choose a model on the user's own data.
 
-Reads a data matrix (rows = examples, columns = dimensions) from a ``.csv`` file,
-with or without a header row, or from a ``.npy`` file; scores the family's
-candidate sizes -- or, with ``--program FILE.py:fn_a,fn_b``, the user's own NumPyro
-programs -- with :func:`inference.model_selection`; prints its table and writes
-``selection-<name>.csv`` (one row per candidate), ``selection-<name>.json``
-(everything, with the data file, its shape, the seed, every criterion's choice and
-what was excluded from it) and ``selection-<name>.png`` (one panel per criterion: its
-value per example against the candidate, the choice marked, excluded values crossed)
-into the output folder, ``<name>`` the family (``selection-mixture.json``) or the
-programs joined by ``+`` (``selection-two+three.json``), so that runs of several
-families share a folder. Files of earlier versions were called ``selection.json``
-(and ``.csv``, ``.png``); :func:`read_selection` reads either.
+Reads a data matrix (rows = examples, columns = dimensions) from a ``.csv`` or ``.npy``
+file (:mod:`inference.app.data_files`); scores the family's candidate sizes -- or, with
+``--program FILE.py:fn_a,fn_b``, the user's own NumPyro programs -- with
+:func:`inference.model_selection`; prints its table and writes ``selection-<name>.csv``
+(one row per candidate), ``.json`` (everything, with the data file, its shape, the
+seed, every criterion's choice and what was excluded from it) and ``.png`` (one panel
+per criterion: its value per example against the candidate, the choice marked,
+excluded values crossed) into the output folder, ``<name>`` the family
+(``selection-mixture.json``) or the programs joined by ``+``
+(``selection-two+three.json``), so that runs of several families share a folder.
+Earlier versions wrote ``selection.json``; :func:`read_selection` reads either.
 
 The command is generic over the registry: every family that declares a
 :class:`ppl_models.registry.Selection` can be selected, and a family whose
@@ -225,8 +224,8 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
                     linestyle="none", label="excluded")
             for i in crossed:
                 ax.annotate(_short(excluded[candidate_name(candidates[i])]),
-                            (xs[i], values[i]), textcoords="offset points", xytext=(4, -12),
-                            fontsize="x-small", color="tab:gray")
+                            (xs[i], values[i]), textcoords="offset points", xytext=(0, 8),
+                            ha="center", fontsize="x-small", color="tab:gray")
         chosen = result.choice.get(criterion)
         if chosen in candidates:
             i = candidates.index(chosen)
@@ -249,9 +248,11 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
     save_figure(fig, path)
 
 
-def _short(reason: str, width: int = 40) -> str:
-    """A reason cut to ``width`` characters for a figure's annotation."""
-    return reason if len(reason) <= width else reason[:width - 3] + "..."
+def _short(reason: str) -> str:
+    """A reason as a tag for a figure (the full reason is in the table and the JSON)."""
+    tags = (("chains not mixed", "not mixed"), ("Pareto k", "Pareto k"), ("collapsed",
+            "collapsed"), ("standard error", "SE > gap"), ("tempered SMC", "SMC failed"))
+    return next((tag for start, tag in tags if start in reason[:40]), reason[:12])
 
 
 def _family(name: str, specs: dict) -> str:

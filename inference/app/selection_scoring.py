@@ -114,8 +114,9 @@ def choose(out, criterion, candidates, scores, reasons, order, *, pointwise=Fals
                  if np.isfinite(values[i]) and values[i] > best]
         if above:
             out.no_choice[criterion] = (
-                f"the excluded (unreliable) values of {above} lie above the best reliable "
-                f"one, {candidate_name(chosen)}'s: the estimates cannot rank them")
+                f"the excluded (unreliable) values of {above} lie above that of "
+                f"{candidate_name(chosen)}, the best reliable one: the estimates cannot "
+                "rank them")
             chosen = None
     out.choice[criterion] = chosen
     return chosen
