@@ -202,7 +202,7 @@ def test_a_stochastic_fit_without_rng_key_raises_naming_it(name):
 
 #: Iterative fits still without ``num_restarts`` (the "best of" rule) or ``progress_bar``.
 PENDING = {
-    ("fit_mixture", "num_restarts"), ("fit_mixture_stream", "num_restarts"),
+    ("fit_mixture_stream", "num_restarts"),
     ("fit_mixture_stream", "progress_bar"), ("fit_online", "num_restarts"),
     ("fit_online_stream", "num_restarts"), ("fit_vb_mixture", "num_restarts"),
     ("fit_mixture_svi", "num_restarts"), ("fit_mcvq_stream", "progress_bar"),

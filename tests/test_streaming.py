@@ -87,7 +87,7 @@ def test_cancellation_fallback_runs_an_exact_pass_and_matches(mode, monkeypatch)
     x = np.concatenate([near, far])[rng.permutation(600)]
     start = dict(init_means=np.array([[0.0, 0.0], [1000.0, 1000.0]]),
                  init_covariances=np.stack([np.eye(2), 1e-4 * np.eye(2)]), max_iterations=3,
-                 tol=0.0, prune=False, mode=mode)
+                 tol=0.0, prune=False, mode=mode, reg_covar=1e-6)  # absolute, as below
     calls = []
     exact = engine_passes._batch_second  # the streamed EM's exact pass, batch by batch
     monkeypatch.setattr(engine_passes, "_batch_second",
@@ -127,7 +127,7 @@ def test_memmap_source_and_single_batch_seeding_equal_fit_mixture(data64, tmp_pa
     with jax.enable_x64(True):
         ref = fit_mixture(x, 4, mode="nearest", init_means=start)
         ours = fit_mixture_stream(mapped, 4, mode="nearest", init_means=start, batch_size=128)
-        seeded_ref = fit_mixture(x, 4, mode="nearest", rng_key=key)
+        seeded_ref = fit_mixture(x, 4, mode="nearest", rng_key=key, init="kmeans++")
         seeded = fit_mixture_stream(mapped, 4, mode="nearest", rng_key=key, batch_size=N)
     assert ours.labels is None  # labels only on request
     _assert_same_fit(ours, ref)

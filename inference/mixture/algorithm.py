@@ -80,6 +80,7 @@ class Params(NamedTuple):
     min_count: jax.Array
     variance_floor: jax.Array
     weight_offset: jax.Array
+    inv_scale: jax.Array
 
 
 def _features(phi, valid, shift, block):
@@ -109,7 +110,7 @@ def em_step(rng_key, state, data, params, *, shard, mode, covariance, prune, blo
     objective = total / num
     new = m_step(x, stats, labels, em, eta, features, mode, covariance, params.reg_covar,
                  prune, params.min_count, params.variance_floor, params.weight_offset,
-                 axis_name=axis, num=num)
+                 axis_name=axis, num=num, inv_scale=params.inv_scale)
     count = jnp.sum(new.active).astype(jnp.int32)
     converged = settled(objective, state.objective, params.tol)
     if hard:  # the hard modes reach a fixed point when no assignment changes
@@ -163,10 +164,13 @@ def prepare(x, *, covariance, block, rows):
 
 @functools.partial(jax.jit, static_argnames=("labels",))
 def initial_states(state, *, labels):
-    """The engine's stacked states (one start) from the padded start ``state``."""
-    start = MixtureState(*state, jnp.full(labels, -1, jnp.int32),
-                         jnp.asarray(jnp.inf, state.means.dtype))
-    return jax.tree.map(lambda leaf: leaf[None], start)
+    """The engine's stacked states from the padded start ``state``: one start, or several
+    when ``state``'s leaves carry a leading axis of starts (``state.weights`` 2-D)."""
+    if state.weights.ndim == 1:
+        state = jax.tree.map(lambda leaf: leaf[None], state)
+    starts = state.weights.shape[0]
+    return MixtureState(*state, jnp.full((starts, labels), -1, jnp.int32),
+                        jnp.full(starts, jnp.inf, state.means.dtype))
 
 
 @functools.partial(jax.jit, static_argnames=("covariance", "block", "map_is_nearest"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +13,9 @@ import numpy as np
 
 from inference.engine import host, warn_not_converged
 from inference.mixture.features import project
-from inference.mixture.mstep import pad
+from inference.mixture.mstep import pad, scaled_smallest
 from inference.mixture.result import MODES
-from inference.mixture.seeding import kmeans_plus_plus
+from inference.mixture.seeding import kmeans_plus_plus, kmeans_start
 from inference.mixture.sweep import EMState
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -29,7 +30,7 @@ def check_options(mode, covariance, weight_rule, prune, init):
     check_choice(mode, "mode", MODES)
     check_choice(covariance, "covariance", mixture.COVARIANCES)
     check_choice(weight_rule, "weight_rule", ("ml", "mml"))
-    check_choice(init, "init", ("kmeans++", "random"))
+    check_choice(init, "init", ("kmeans", "kmeans++", "random"))
     check_bool(prune, "prune")
     if weight_rule == "mml" and (not prune or mode == "nearest"):
         raise ValueError("weight_rule='mml' needs prune=True and mode 'stochastic' or 'map'; "
@@ -53,17 +54,79 @@ def check_reg_covar(reg_covar, spread, name="x", stacklevel=3):
             "that variance", NumericalWarning, stacklevel=stacklevel)
 
 
+#: The default covariance regulariser, relative: reg_covar=None adds this fraction of the
+#: data's variance along every coordinate to the covariances' diagonals (of the mean
+#: variance for spherical covariances). On standardised data it equals scikit-learn's
+#: absolute default 1e-6; on raw data it is the same regulariser in the data's own units.
+RELATIVE_REG_COVAR = 1e-6
+
+
+class Scale(NamedTuple):
+    """The data's units for the covariance regulariser and the collapse test.
+
+    Attributes
+    ----------
+    reg : numpy array (d,)
+        Added to every covariance's diagonal.
+    inv_scale : numpy array (d,)
+        One over the standard deviation per coordinate (0 where the data is constant);
+        the collapse test reads eigenvalues of diag(inv_scale) Sigma diag(inv_scale).
+    floor : float
+        A component whose smallest eigenvalue in those units is below ``floor`` has
+        collapsed: ``variance_threshold`` plus twice the regulariser in those units
+        (its variance is then held up by the regulariser alone).
+    """
+
+    reg: np.ndarray
+    inv_scale: np.ndarray
+    floor: float
+
+
+def data_scale(x, covariance, reg_covar, variance_threshold):
+    """The :class:`Scale` of ``x`` (num_examples, d) for a fit with ``covariance``.
+
+    ``"full"``/``"diag"``: per-coordinate variances, so that rescaling one feature
+    changes neither the regulariser's effect nor the collapse test; ``"spherical"``
+    (and k-means): the mean variance for every coordinate, as one sigma^2 must be.
+    ``reg_covar=None``: :data:`RELATIVE_REG_COVAR` times those variances; a number:
+    that absolute value on every coordinate (scikit-learn's meaning).
+    """
+    return scale_from_variances(np.var(np.asarray(x, np.float64), axis=0), covariance,
+                                reg_covar, variance_threshold)
+
+
+def scale_from_variances(variances, covariance, reg_covar, variance_threshold):
+    """:func:`data_scale` from the data's per-coordinate variances (d,)."""
+    variances = np.asarray(variances, np.float64)
+    spread = float(np.mean(variances))
+    if covariance == "spherical":
+        variances = np.full_like(variances, spread)
+    constant = variances <= 1e-12 * max(float(np.max(variances)), 1e-300)
+    units = np.where(constant, spread, variances)
+    reg = (RELATIVE_REG_COVAR * units if reg_covar is None
+           else np.full_like(units, float(reg_covar)))
+    inv_scale = np.where(constant, 0.0, 1.0 / np.sqrt(units))
+    floor = float(variance_threshold) + 2.0 * float(np.min(reg / units))
+    return Scale(reg, inv_scale, floor)
+
+
 def initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init_weights,
-                   init_covariances, weight_rule):
+                   init_covariances, weight_rule, reg=None):
     """The start of a fit (padded, :func:`pad`) and the MML weight offset.
 
-    Means: ``init_means``, or k-means++ / random rows (plus noise of 1% of the
+    Means: ``init_means``, or (``init="kmeans"``) the k-means clusters' weights, means
+    and covariances plus ``reg`` (:func:`inference.mixture.seeding.kmeans_start`), or
+    k-means++ / random rows (plus noise of 1% of the
     data's spread) of ``seed_x`` (the data, or a streaming fit's first batch).
     Weights equal and covariances spread / k times I unless given; ``covariance``
     is the family after the k-means override.
     """
     dim, dtype = seed_x.shape[1], seed_x.dtype
-    if init_means is None:
+    if init_means is None and init == "kmeans":
+        weights, means, cov = kmeans_start(rng_key, seed_x, k, 0.0 if reg is None else reg)
+        init_weights = weights if init_weights is None else init_weights
+        init_covariances = cov if init_covariances is None else init_covariances
+    elif init_means is None:
         key_means, key_noise = jax.random.split(rng_key)
         if init == "kmeans++":
             means = kmeans_plus_plus(key_means, seed_x, k)
@@ -114,13 +177,28 @@ def take(array, keep):
     return host.take(array, keep)
 
 
+@jax.jit
+def has_cholesky(covariances):
+    """(k,) whether each covariance (k, d, d) has a finite Cholesky factor in its dtype."""
+    return jnp.all(jnp.isfinite(jnp.linalg.cholesky(covariances)), axis=(1, 2))
+
+
+#: :func:`inference.mixture.mstep.scaled_smallest`, compiled once per shape.
+scaled_smallest_jit = jax.jit(scaled_smallest)
+#: The same over a leading axis of starts.
+scaled_smallest_starts = jax.jit(jax.vmap(scaled_smallest, (0, None)))
+
+
 def check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prune, min_count,
-               variance_threshold, spread, reg_covar, max_iterations, stacklevel=3):
+               variance_threshold, spread, reg_covar, max_iterations, stacklevel=3, scale=None):
     """After a fit: the surviving components' indices and the collapsed ones among them.
 
     Raises if pruning discarded every component; warns (ConvergenceWarning) when the
-    fit did not converge and when, without pruning, a component's smallest
-    covariance eigenvalue is at ``reg_covar``.
+    fit did not converge and when a surviving component has collapsed: without
+    pruning, its smallest covariance eigenvalue is at the regulariser (in the data's
+    units when ``scale``, a :class:`Scale`, is given; else against
+    ``variance_threshold * spread + 2 * reg_covar``); in any mode, its covariance has
+    no Cholesky factor in the fit's float type.
     """
     keep = np.flatnonzero(active)
     if keep.size == 0:
@@ -132,13 +210,23 @@ def check_end(caller, data_name, state, active, done, k, num, dim, *, mode, prun
             "covariance='diag' or 'spherical', a smaller min_count, or prune=False")
     warn_not_converged(caller, done, max_iterations, f"mode={mode!r}", stacklevel=stacklevel + 1)
     collapsed = np.zeros(0, int)
-    if not prune and mode != "nearest":
-        smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
-        collapsed = np.flatnonzero((smallest < variance_threshold * spread + 2 * reg_covar)
-                                   & active)
+    if mode != "nearest":
+        singular = ~np.asarray(has_cholesky(state.covariances))
+        if prune:
+            low = np.zeros_like(singular)
+        elif scale is None:
+            smallest = np.asarray(jnp.linalg.eigvalsh(state.covariances))[:, 0]
+            low = smallest < variance_threshold * spread + 2 * reg_covar
+        else:
+            smallest = np.asarray(scaled_smallest_jit(
+                state.covariances, jnp.asarray(scale.inv_scale, state.covariances.dtype)))
+            low = smallest < scale.floor
+        collapsed = np.flatnonzero((low | singular) & active)
         if collapsed.size:
-            warnings.warn(f"{caller}: component(s) {collapsed.tolist()} collapsed (smallest "
-                          "covariance eigenvalue at reg_covar); prune=True discards them",
+            why = ("smallest covariance eigenvalue at reg_covar); prune=True discards them"
+                   if not prune else f"covariance has no Cholesky factor in "
+                   f"{state.covariances.dtype}); raise reg_covar or variance_threshold")
+            warnings.warn(f"{caller}: component(s) {collapsed.tolist()} collapsed ({why}",
                           ConvergenceWarning, stacklevel=stacklevel)
     return keep, collapsed
 

@@ -75,11 +75,15 @@ def moment_form(stats, state, shift, *, mode, covariance):
 
 
 def finish_m_step(parts, state, reg_covar, min_count, variance_floor, weight_offset, *, mode,
-                   covariance, prune):
+                   covariance, prune, inv_scale=None):
     """Covariances, pruning and weights from :func:`moment_form`'s ``parts``.
 
     ``parts["cov"]`` is the moment form or, where it would cancel, the exact
-    scatter divided by ``parts["norm"]`` (the caller substitutes it).
+    scatter divided by ``parts["norm"]`` (the caller substitutes it). ``reg_covar`` is
+    a scalar or a (d,) vector added to the diagonal. ``inv_scale`` (d,), optional:
+    the pruning test reads the smallest eigenvalue of the covariance in the data's
+    units, diag(inv_scale) Sigma diag(inv_scale) (:func:`scaled_smallest`), against
+    ``variance_floor``; without it, of Sigma itself.
     """
     k, dim = state.means.shape
     counts, means, cov = parts["counts"], parts["means"], parts["cov"]
@@ -93,7 +97,7 @@ def finish_m_step(parts, state, reg_covar, min_count, variance_floor, weight_off
         cov = project(cov, covariance) + reg_covar * eye
     active = state.active
     if prune:
-        smallest = jnp.linalg.eigvalsh(cov)[:, 0]
+        smallest = scaled_smallest(cov, inv_scale)
         active = active & (counts >= min_count) & (smallest >= variance_floor)
     cov = jnp.where(active[:, None, None], cov, eye)  # keep dead components valid
     if mode == "nearest":
@@ -106,8 +110,23 @@ def finish_m_step(parts, state, reg_covar, min_count, variance_floor, weight_off
     return EMState(weights, jnp.where(active[:, None], means, state.means), cov, active)
 
 
+def scaled_smallest(cov, inv_scale=None):
+    """(k,) smallest eigenvalue of every covariance (k, d, d) in the data's units.
+
+    ``inv_scale`` (d,): one over the data's standard deviation per dimension (0 for a
+    dimension where the data does not vary: it is left out, as an eigenvalue 1). The
+    test is then invariant to rescaling any coordinate, so a feature measured in
+    thousands does not hide the collapse of one measured in thousandths.
+    """
+    if inv_scale is None:
+        return jnp.linalg.eigvalsh(cov)[:, 0]
+    constant = jnp.diag((inv_scale == 0).astype(cov.dtype))
+    scaled = cov * inv_scale[:, None] * inv_scale[None, :] + constant
+    return jnp.linalg.eigvalsh(scaled)[:, 0]
+
+
 def m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, prune,
-            min_count, variance_floor, weight_offset, axis_name=None, num=None):
+            min_count, variance_floor, weight_offset, axis_name=None, num=None, inv_scale=None):
     """Weights, means and covariances from the sweep's statistics (eq. 17-18, 19-20, 21-22).
 
     The moment form (:func:`moment_form`) where it can be trusted; else the
@@ -151,7 +170,8 @@ def m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, 
             summed = summed / parts["norm"]
         cov = jnp.where(parts["cancels"], summed, parts["cov"])
     return finish_m_step({**parts, "cov": cov}, state, reg_covar, min_count, variance_floor,
-                          weight_offset, mode=mode, covariance=covariance, prune=prune)
+                          weight_offset, mode=mode, covariance=covariance, prune=prune,
+                          inv_scale=inv_scale)
 
 
 def _bucket(k):

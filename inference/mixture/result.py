@@ -64,9 +64,10 @@ class MixtureResult(NamedTuple):
     num_start : int
     mode, covariance : str
     collapsed : tuple of int
-        Surviving components whose smallest covariance eigenvalue sank to the
-        variance threshold (held up only by ``reg_covar``): a degenerate,
-        unboundedly likely fit. Empty with ``prune=True``, which discards them.
+        Surviving components whose smallest covariance eigenvalue, in the data's units,
+        sank to the variance threshold (held up only by ``reg_covar``): a degenerate,
+        unboundedly likely fit; ``prune=True`` discards those. Also, in any mode,
+        components whose covariance has no Cholesky factor in the fit's float type.
     """
 
     weights: jax.Array

@@ -98,8 +98,10 @@ class MixtureScorer(Scorer):
         for restart_key in jax.random.split(key, self.num_restarts):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
+                # one start per call: the restarts are this loop's (best non-collapsed)
+                options = {"num_restarts": 1, **self.fit_options}
                 fit = fit_mixture(x, k, mode="stochastic", covariance=self.covariance,
-                                  prune=False, rng_key=restart_key, **self.fit_options)
+                                  prune=False, rng_key=restart_key, **options)
             self.fits_em += 1
             self.unconverged_em += not fit.converged
             if not fit.collapsed and (best is None or fit.L_stocha < best.L_stocha):

@@ -1,6 +1,16 @@
-"""k-means++ seeding, shared by every mixture fit (and by MCVQ's VB moves)."""
+"""k-means++ seeding, shared by every mixture fit (and by MCVQ's VB moves), and the
+k-means start of :func:`inference.mixture.em.fit_mixture`.
+
+References
+----------
+D. Arthur, S. Vassilvitskii, "k-means++: the advantages of careful seeding", SODA 2007;
+S. P. Lloyd, "Least squares quantization in PCM", IEEE Transactions on Information
+Theory, 1982.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +45,87 @@ def _kmeans_plus_plus_loop(keys, x, centres, nearest):
 
     centres, _ = jax.lax.fori_loop(1, centres.shape[0], body, (centres, nearest))
     return centres
+
+
+def kmeans_start(rng_key, x, k, reg, max_iterations=100):
+    """The start scikit-learn's ``GaussianMixture`` takes by default (``init_params=
+    "kmeans"``): k-means++ seeds refined by Lloyd's k-means to a fixed point (at most
+    ``max_iterations`` sweeps), then weights, means and full covariances of the hard
+    clusters, ``reg`` (scalar or (d,)) added to the diagonals. The seeds are greedy
+    k-means++ (each centre the best of 2 + log k candidates drawn as in k-means++,
+    by the potential it leaves; Arthur and Vassilvitskii (2007), sec. 6, as
+    scikit-learn's ``KMeans`` draws them).
+
+    Returns ``(weights (k,), means (k, d), covariances (k, d, d))``. A cluster left
+    with fewer than two points gets the data's per-coordinate variances / k.
+    """
+    seeds = _greedy_kmeans_plus_plus(jax.random.split(rng_key, k), x,
+                                     num_trials=2 + int(np.log(k)))
+    return _lloyd(x, seeds, jnp.asarray(reg, x.dtype), max_iterations=max_iterations)
+
+
+@functools.partial(jax.jit, static_argnames=("num_trials",))
+def _greedy_kmeans_plus_plus(keys, x, *, num_trials):
+    """Greedy k-means++ centres (:func:`kmeans_start`): one key per centre."""
+    k = keys.shape[0]
+    first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
+    centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
+    nearest = jnp.sum((x - first) ** 2, axis=1)
+
+    def body(i, carry):
+        centres, nearest = carry
+        p = nearest / jnp.maximum(jnp.sum(nearest), 1e-30)
+        picks = jax.random.choice(keys[i], x.shape[0], (num_trials,), p=p)
+        candidates = jnp.minimum(nearest[None, :], jnp.sum(
+            (x[None, :, :] - x[picks][:, None, :]) ** 2, axis=2))
+        best = jnp.argmin(jnp.sum(candidates, axis=1))
+        return centres.at[i].set(x[picks[best]]), candidates[best]
+
+    centres, _ = jax.lax.fori_loop(1, k, body, (centres, nearest))
+    return centres
+
+
+@functools.partial(jax.jit, static_argnames=("max_iterations",))
+def _lloyd(x, means, reg, *, max_iterations):
+    """Lloyd's iterations from ``means`` and the clusters' moments (:func:`kmeans_start`)."""
+    k, dim = means.shape
+    centre = jnp.mean(x, axis=0)
+    z = x - centre  # centred: the moments below lose fewer digits
+
+    def assign(means):
+        distance = (jnp.sum(means * means, axis=1)[None, :] - 2.0 * z @ means.T)
+        return jnp.argmin(distance, axis=1)
+
+    def update(labels, means):
+        one_hot = jax.nn.one_hot(labels, k, dtype=x.dtype)
+        counts = jnp.sum(one_hot, axis=0)
+        sums = one_hot.T @ z
+        return counts, jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None],
+                                 means)
+
+    def cond(carry):
+        i, labels, previous, _ = carry
+        return (i < max_iterations) & jnp.any(labels != previous)
+
+    def body(carry):
+        i, labels, _, means = carry
+        _, means = update(labels, means)
+        return i + 1, assign(means), labels, means
+
+    means = means - centre
+    labels = assign(means)
+    _, labels, _, means = jax.lax.while_loop(
+        cond, body, (0, labels, jnp.full_like(labels, -1), means))
+    counts, means = update(labels, means)
+    one_hot = jax.nn.one_hot(labels, k, dtype=x.dtype)
+    residual = z[:, None, :] - means[None, :, :]
+    scatter = jnp.einsum("nk,nki,nkj->kij", one_hot, residual, residual)
+    fallback = jnp.diag(jnp.var(x, axis=0) / k)
+    cov = jnp.where((counts >= 2)[:, None, None],
+                    scatter / jnp.maximum(counts, 1.0)[:, None, None], fallback)
+    cov = cov + reg * jnp.eye(dim, dtype=x.dtype)
+    weights = jnp.maximum(counts, 1.0) / jnp.sum(jnp.maximum(counts, 1.0))
+    return weights, means + centre, cov
 
 
 def has_distinct_rows(x, k):

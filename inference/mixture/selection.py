@@ -227,8 +227,9 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
             for restart_key in jax.random.split(key, num_restarts):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
+                    # one start per call: the restarts are this loop's
                     fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
-                                      rng_key=restart_key, **fit_kwargs)
+                                      rng_key=restart_key, **{"num_restarts": 1, **fit_kwargs})
                 if fit.collapsed:
                     continue
                 for c in names:

@@ -59,7 +59,13 @@ from inference.engine import StatisticsAlgorithm, host, select
 from inference.engine.passes import run_passes
 from inference.engine.streaming import Pass, batches, merge_moments
 from inference.mixture.algorithm import EMInfo, MixtureState, initial_states, settled
-from inference.mixture.checks import check_end, check_options, check_reg_covar, initial_state
+from inference.mixture.checks import (
+    check_end,
+    check_options,
+    check_reg_covar,
+    initial_state,
+    scale_from_variances,
+)
 from inference.mixture.features import feature_width, kind_of, quadratic_features
 from inference.mixture.mstep import finish_m_step, moment_form
 from inference.mixture.result import MixtureResult, MixtureTrace
@@ -72,7 +78,7 @@ from inference.mixture.sweep import (
 )
 from ppl_models.validation import (
     MissingKeyError,
-    check_positive,
+    check_nonnegative,
     check_positive_int,
     check_rng_key,
 )
@@ -105,6 +111,7 @@ class StreamParams(NamedTuple):
     min_count: jax.Array
     variance_floor: jax.Array
     weight_offset: jax.Array
+    inv_scale: jax.Array
 
 
 def _parameters(state):
@@ -203,7 +210,7 @@ def update(state, stats, params, *, mode, covariance, block, prune):
     parts = jax.lax.optimization_barrier(dict(parts, cov=cov))
     new = finish_m_step(parts, parameters, params.reg_covar, params.min_count,
                         params.variance_floor, params.weight_offset, mode=mode,
-                        covariance=covariance, prune=prune)
+                        covariance=covariance, prune=prune, inv_scale=params.inv_scale)
     objective = total / params.num
     converged = settled(objective, state.objective, params.tol)
     if mode != "stochastic":  # no label changed <=> the parameters stand still
@@ -303,7 +310,7 @@ def fit_mixture_stream(source, num_components: int, *, mode: str = "stochastic",
                        covariance: str = "full", prune: bool = True, rng_key=None,
                        init: str = "kmeans++", init_means=None, init_weights=None,
                        init_covariances=None, max_iterations: int = 200, tol: float = 1e-7,
-                       reg_covar: float = 1e-6, min_count=None,
+                       reg_covar: float | None = None, min_count=None,
                        variance_threshold: float = 1e-6, weight_rule: str = "ml",
                        batch_size=None, return_labels: bool = False) -> MixtureResult:
     """:func:`inference.mixture.em.fit_mixture` by passes over a source of row batches.
@@ -361,7 +368,8 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
-    check_positive(reg_covar, "reg_covar") if reg_covar else None
+    if reg_covar is not None:
+        check_nonnegative(reg_covar, "reg_covar")
     data = batches(source, batch_size)
     if not data.reusable:
         raise ValueError(
@@ -401,9 +409,11 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     if spread == 0.0:
         raise ValueError("source has no spread (every example is the same point): nothing "
                          "to fit")
-    check_reg_covar(reg_covar, spread, "source", stacklevel=4)
+    if reg_covar is not None:
+        check_reg_covar(reg_covar, spread, "source", stacklevel=4)
     if mode == "nearest":
         covariance = "spherical"
+    scale = scale_from_variances(variance, covariance, reg_covar, variance_threshold)
     min_count = (dim + 1 if covariance == "full" else 2) if min_count is None else min_count
     shift = jnp.asarray(mean, dtype)
     if (init_means is None and init == "kmeans++"
@@ -412,11 +422,11 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
                          "distinct rows to seed from; pass init_means or larger batches")
     state, weight_offset = initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
                                           covariance, init, rng_key, init_means, init_weights,
-                                          init_covariances, weight_rule)
+                                          init_covariances, weight_rule, reg=scale.reg)
     kind = kind_of(covariance)
     block = block_rows(first.shape[0], feature_width(kind, dim))
     params = StreamParams(shift, *(jnp.asarray(value, dtype) for value in (
-        num, tol, reg_covar, min_count, variance_threshold * spread, weight_offset)))
+        num, tol, scale.reg, min_count, scale.floor, weight_offset, scale.inv_scale)))
     states = initial_states(state, labels=1)
     fitted = run_passes(stream_algorithm(mode=mode, covariance=covariance, block=block,
                                          prune=prune),
@@ -464,7 +474,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
                                  num, dim, mode=mode, prune=prune, min_count=min_count,
                                  variance_threshold=variance_threshold, spread=spread,
                                  reg_covar=reg_covar, max_iterations=max_iterations,
-                                 stacklevel=4)
+                                 stacklevel=4, scale=scale)
     labels = None
     if return_labels:
         rank = np.asarray(np.cumsum(active) - 1, np.int32)
