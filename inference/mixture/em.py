@@ -17,7 +17,9 @@ component at once (the shape NumPyro's parallel enumeration uses), and the
 log-joint log alpha_y + log N(x_i; m_y, Sigma_y) is the sum of the two sites'
 log-probabilities (tested against ``TraceEnum_ELBO``). The M-step is closed form.
 Covariances use the new means (the exact maximiser; the paper's eq. 18 prints
-the old ones) plus ``reg_covar`` on the diagonal, as scikit-learn does.
+the old ones) plus a regulariser on the diagonal, as scikit-learn does (by default
+1e-6 times the data's variance along each coordinate: scikit-learn's 1e-6 in the units
+of standardised data).
 
 How it is evaluated: a Gaussian log-density is linear in the sufficient
 statistics t(x) = [x_i x_j (i <= j), x, 1] of the example, with coefficients
@@ -52,14 +54,21 @@ its result, then EM from that) L_stocha <= L_map <= L_NN (tested).
 Automatic selection (sec. 5.2, ``prune=True``): after every M-step a component
 is discarded when its (soft) count n_y falls below ``min_count`` (default
 d + 1 for full covariances, where fewer points make Sigma_y singular; 2
-otherwise), or the smallest eigenvalue of its covariance falls below
-``variance_threshold`` times the data's mean variance (collapse onto a point
-or a subspace), or its weight reaches zero; its weight becomes 0 and it takes
-no further part. The result's ``trace.num_components`` records the surviving
-count per iteration. Started large, this literal rule rarely removes a
-redundant component (it keeps its points and stays non-singular);
+otherwise), or the smallest eigenvalue of its covariance in the data's units
+(scaled by one over the data's standard deviation per coordinate) falls below
+``variance_threshold`` plus twice the regulariser in those units (collapse onto a
+point or a subspace, held up by the regulariser alone), or its weight reaches zero;
+its weight becomes 0 and it takes no further part. The result's
+``trace.num_components`` records the surviving count per iteration. Started large,
+this literal rule rarely removes a redundant component (it keeps its points and stays
+non-singular);
 ``weight_rule="mml"`` is a named variant that does (see :func:`fit_mixture`
 and ``examples/yingyang_selection.py``).
+
+Starts: by default ten, each k-means++ seeds refined by Lloyd's k-means with the
+clusters' moments as the start (scikit-learn's ``GaussianMixture`` start), run side by
+side by the engine; the fit returned is the best by the final objective
+(``num_restarts``, ``init``).
 
 The iteration is an engine step (:mod:`inference.mixture.algorithm`):
 :func:`fit_mixture` checks its arguments, builds the start and hands the step to
