@@ -38,13 +38,15 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.distributions import constraints
 
-from inference.association.m_step import normal_equations
+from inference.association.m_step import DENSE_PARAMETERS, Pattern, colouring, normal_equations
 
 __all__ = ["BLOCK_RTOL", "KINDS", "eligible", "candidate_blocks", "block_checks",
-           "choose_blocks", "closed_form_m_step"]
+           "choose_blocks", "closed_form_m_step", "hessian_support", "with_patterns",
+           "without_patterns"]
 
 #: Relative misfit of the predicted ``Q`` at or below which a block has its shape.
 BLOCK_RTOL = 1e-4
@@ -239,15 +241,51 @@ def choose_blocks(measure, constraint_of) -> tuple:
     return tuple(chosen)
 
 
+def hessian_support(f, theta, sites):
+    """Where the Hessian of ``f`` in the sites ``sites`` is non-zero (dense; jittable), or
+    None when they are more than the dense limit."""
+    flat, unravel = ravel_pytree({n: theta[n] for n in sites})
+    if flat.shape[0] > DENSE_PARAMETERS:
+        return None
+    g = _sub(f, theta, sites)
+    return jax.hessian(lambda vector: g(unravel(vector)))(flat) != 0
+
+
+def with_patterns(blocks, support) -> tuple:
+    """``blocks`` with the quadratic block's Hessian sparsity pattern (a colouring of its
+    columns: one Hessian-vector product per colour instead of one per parameter; as in
+    :func:`inference.fit_map_em`) in place of its empty exponents, where it saves work.
+    ``support(sites)``: the union of the Hessian's non-zeros (host array) or None."""
+    out = []
+    for kind, sites, powers in blocks:
+        if kind == "quadratic":
+            found = support(sites)
+            pattern = None if found is None else colouring(np.asarray(found))
+            powers = pattern if pattern is not None else ()
+        out.append((kind, sites, powers))
+    return tuple(out)
+
+
+def without_patterns(blocks) -> tuple:
+    """``blocks`` as :func:`choose_blocks` gives them (no sparsity patterns)."""
+    return tuple((kind, sites, () if kind == "quadratic" else powers)
+                 for kind, sites, powers in blocks)
+
+
 def closed_form_m_step(f, theta, blocks):
     """Maximise ``Q`` (minimise ``f = -Q / N``, of constrained parameters) block after
     block from ``theta``: (new theta, solved: False where a quadratic block's Hessian was
-    not positive semi-definite and its parameters were kept)."""
+    not positive semi-definite, or had a non-zero outside its pattern, and its parameters
+    were kept)."""
     solved = jnp.asarray(True)
     for kind, sites, powers in blocks:
         if kind == "quadratic":
-            new, ok, _ = normal_equations(_sub(f, theta, sites), {n: theta[n] for n in sites})
-            theta, solved = {**theta, **new}, solved & ok
+            # powers: the Hessian's sparsity pattern (quadratic_pattern), or () for dense.
+            pattern = powers if isinstance(powers, Pattern) else None
+            old = {n: theta[n] for n in sites}
+            new, ok, missed = normal_equations(_sub(f, theta, sites), old, pattern)
+            new = jax.tree.map(lambda a, b, m=missed: jnp.where(m, b, a), new, old)
+            theta, solved = {**theta, **new}, solved & ok & ~missed
         elif kind == "positive":
             v, gradient, h, _ = _positive_derivatives(f, theta, sites)
             for n, p in zip(sites, powers, strict=True):

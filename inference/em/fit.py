@@ -33,11 +33,12 @@ import numpy as np
 
 from inference.association.discrete_tables import MAX_JOINT_STATES
 from inference.association.m_step import constrain
-from inference.em.closed_form import BLOCK_RTOL
+from inference.em.closed_form import without_patterns
 from inference.em.plan import (
     decisions,
     finish,
     first_params,
+    measures,
     nonfinite_sites,
     prepare,
     starts,
@@ -255,18 +256,16 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         # A kept structure: check it again at this call's values (programs compiled by
         # the call that kept it), and work it out afresh where it no longer holds.
         setting, check_setting = kept
+        # The same checks as the call that kept it (its compiled programs), so nothing
+        # new compiles here.
         start = first_params(start_keys[0], traced, dynamic, init_params,
                              setting=check_setting)
         checks = structure_checks(start, traced, dynamic, noise_value, start_keys[0],
                                   setting=check_setting)[0]
-        pairwise = decisions(checks, check_setting._replace(closed_form=False), None)[0]
-        held = all(float(misfit) <= BLOCK_RTOL and tuple(map(float, exponents)) ==
-                   (powers if kind == "positive" else tuple(0.0 for _ in sites))
-                   for (kind, sites, powers), (misfit, exponents) in zip(
-                       setting.blocks, jax.device_get(structure_checks(
-                           start, traced, dynamic, noise_value, start_keys[0],
-                           setting=check_setting, blocks=setting.blocks)[1]), strict=True))
-        if pairwise != (setting.route == "pairwise") or not held:
+        pairwise, blocks = decisions(checks, check_setting, measures(
+            start, traced, dynamic, noise_value, start_keys[0], check_setting))
+        if (pairwise != (setting.route == "pairwise")
+                or blocks != without_patterns(setting.blocks)):
             kept = None
     if kept is None:
         kept = prepare(model, args, kwargs, start_keys[0], init_params, noise, e_step=e_step,
@@ -305,8 +304,9 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
     failed = int(np.sum(np.asarray(trace.m_step_failed)))
     if failed:
         warnings.warn(f"fit_em: the closed-form M-step met a Hessian that is not positive "
-                      f"semi-definite at {failed} of {count} iterations and kept the "
-                      "parameters there; pass m_step='lbfgs'", NumericalWarning, stacklevel=2)
+                      f"semi-definite (or not of the sparsity found at the start) at {failed} "
+                      f"of {count} iterations and kept the parameters of its quadratic block "
+                      "there; pass m_step='lbfgs'", NumericalWarning, stacklevel=2)
     if issue is None:  # a non-finite objective has had its warning
         warn_not_converged("fit_em", converged, max_iterations)
     layout = setting.layout

@@ -29,7 +29,13 @@ from inference.association.discrete_tables import (
 )
 from inference.association.m_step import constrain, unconstrain
 from inference.association.map_em import WithParams, checked_params
-from inference.em.closed_form import block_checks, candidate_blocks, choose_blocks
+from inference.em.closed_form import (
+    block_checks,
+    candidate_blocks,
+    choose_blocks,
+    hessian_support,
+    with_patterns,
+)
 from inference.em.steps import (
     Setting,
     constrained_objective,
@@ -41,7 +47,8 @@ from inference.em.steps import (
 )
 from inference.program.kwargs import join_args, split_args, split_model_kwargs
 
-__all__ = ["decisions", "measures", "candidate_blocks", "prepare", "structure_checks",
+__all__ = ["decisions", "measures", "quadratic_support", "candidate_blocks", "prepare",
+           "structure_checks",
            "first_params", "initial_params", "starts", "finish", "nonfinite_sites"]
 
 
@@ -62,6 +69,22 @@ def measures(unconstrained, traced, dynamic, noise_value, rng_key, check_setting
         return structure_checks(unconstrained, traced, dynamic, noise_value, rng_key,
                                 setting=check_setting, blocks=blocks)[1]
     return measure
+
+
+@partial(jax.jit, static_argnames=("setting", "sites"))
+def quadratic_support(unconstrained, traced, dynamic, noise_value, rng_key, *, setting,
+                      sites):
+    """Where the M-step objective's Hessian in the quadratic block's ``sites`` can be
+    non-zero: the union over two random states of each example."""
+    constraint_of = {n: c.constraint for n, c in setting.constraints}
+    theta = constrain(unconstrained, constraint_of)
+    hard = setting._replace(e_step="hard")
+    found = []
+    for draw in (3, 4):
+        states = random_states(jax.random.fold_in(rng_key, draw), setting.layout)
+        objective = constrained_objective(hard, states, traced, dynamic, noise_value)
+        found.append(hessian_support(objective, theta, sites))
+    return None if found[0] is None else found[0] | found[1]
 
 
 def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites, search,
@@ -105,6 +128,8 @@ def prepare(model, args, kwargs, first_key, init_params, noise, *, e_step, sites
     checks = structure_checks(start, traced, dynamic, noise_value, first_key, setting=base)[0]
     pairwise, blocks = decisions(checks, base, measures(start, traced, dynamic, noise_value,
                                                         first_key, base))
+    blocks = with_patterns(blocks, lambda sites: quadratic_support(
+        start, traced, dynamic, noise_value, first_key, setting=base, sites=sites))
     misfit = float(np.asarray(checks))
     if pairwise:
         route = "pairwise"
