@@ -26,7 +26,7 @@ from inference.clipped.baselines_common import check_arguments, initial_weights,
 from inference.clipped.fit import model_moments
 from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
-from inference.engine.protocol import Trace, follows_protocol
+from inference.engine.protocol import sampler_protocol
 from ppl_models import clipped_gaussian
 from ppl_models.clipped_gaussian import DEFAULT_NOISE
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -43,7 +43,7 @@ MAX_MCMC_DIMENSION = 5000
 R_HAT_THRESHOLD = 1.1
 
 
-@follows_protocol("potential_energy", "min")
+@sampler_protocol
 class ClippedMCMCResult(NamedTuple):
     """Result of :func:`fit_clipped_mcmc`.
 
@@ -93,16 +93,6 @@ class ClippedMCMCResult(NamedTuple):
     noise: float
     mcmc: NUTSDraws | None = None
 
-    @property
-    def trace(self) -> Trace:
-        """The result protocol's trace: ``objective`` is ``potential_energy`` (num_chains,
-        num_warmup + num_samples), -log density of every draw, warm-up included."""
-        return Trace(self.potential_energy)
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations of every chain, warm-up included (the result protocol's count)."""
-        return 0 if self.potential_energy is None else int(np.shape(self.potential_energy)[-1])
 
     def to_inference_data(self):
         """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``

@@ -54,7 +54,7 @@ from inference.clipped.orthant import (
     pair_second_moment,
     solve_pair_correlations,
 )
-from inference.engine.protocol import Trace, follows_protocol
+from inference.engine.protocol import closed_form_protocol
 from inference.engine.sharding import resolve_mesh, sum_over_shards
 from inference.engine.streaming import is_stream
 from inference.program.handlers import noiseless
@@ -71,7 +71,17 @@ __all__ = ["ClippedGaussianFit", "fit_clipped_gaussian", "program_parameters", "
 NEGATIVE_TOLERANCE = 1e-9
 
 
-@follows_protocol("residual_variance", "min")
+def _residual_variance(fit) -> float:
+    """The mean over the N Gaussian units of the variance that the P hidden units leave
+    unexplained, (trace(C_xx) - sum of its P largest eigenvalues) / N: the one entry of
+    the closed-form fit's trace (the result protocol: one iteration, always converged;
+    trouble is flagged by ``has_negative_eigenvalues`` and ``num_boundary_pairs``)."""
+    eigenvalues = np.asarray(fit.eigenvalues, dtype=float)
+    num_hidden = int(np.shape(fit.weights)[-1])
+    return (eigenvalues.sum() - eigenvalues[:num_hidden].sum()) / max(len(eigenvalues), 1)
+
+
+@closed_form_protocol("residual_variance", _residual_variance)
 class ClippedGaussianFit(NamedTuple):
     """Result of :func:`fit_clipped_gaussian`.
 
@@ -125,29 +135,6 @@ class ClippedGaussianFit(NamedTuple):
     num_boundary_pairs: int
     constant_columns: np.ndarray
     num_examples: int
-
-    # The result protocol. The fit is closed-form (moments, the arcsine law inverted
-    # entry by entry, one eigendecomposition): one iteration, always converged; numerical
-    # trouble is flagged by ``has_negative_eigenvalues`` and ``num_boundary_pairs``.
-    @property
-    def converged(self) -> bool:
-        """Always True: a closed-form fit (the result protocol)."""
-        return True
-
-    @property
-    def num_iterations(self) -> int:
-        """1: a closed-form fit (the result protocol)."""
-        return 1
-
-    @property
-    def trace(self) -> Trace:
-        """The result protocol's trace: one entry, the residual variance, the mean over the
-        N Gaussian units of the variance that the P = ``weights.shape[1]`` hidden units
-        leave unexplained, (trace(C_xx) - sum of its P largest eigenvalues) / N."""
-        eigenvalues = np.asarray(self.eigenvalues, dtype=float)
-        num_hidden = int(np.shape(self.weights)[-1])
-        residual = (eigenvalues.sum() - eigenvalues[:num_hidden].sum()) / max(len(eigenvalues), 1)
-        return Trace(np.asarray([residual], np.float32))
 
 
 def empirical_moments(s, *, mesh=None):

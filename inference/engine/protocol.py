@@ -39,7 +39,8 @@ import jax
 import numpy as np
 
 __all__ = ["DIRECTIONS", "PROTOCOL_FIELDS", "Trace", "ZooDeprecationWarning",
-           "follows_protocol", "method_options_of", "renamed_argument"]
+           "follows_protocol", "sampler_protocol", "closed_form_protocol",
+           "method_options_of", "renamed_argument"]
 
 #: The values of ``direction``: "max", a larger objective is a better fit; "min", a
 #: smaller one is.
@@ -127,6 +128,33 @@ def follows_protocol(objective_name: str | Callable, direction: str | Callable, 
                     getattr(self, objective), dtype=float).reshape(-1)[-1]))
         return cls
 
+    return decorate
+
+
+def sampler_protocol(cls):
+    """Class decorator for a sampler's result with a ``potential_energy`` field (num_chains,
+    num_warmup + num_samples): the protocol's objective is that, -log density of every draw,
+    warm-up included, and ``num_iterations`` its length per chain (0 where the result was
+    saved before it was kept, None)."""
+    cls = follows_protocol("potential_energy", "min")(cls)
+    cls.trace = property(lambda self: Trace(self.potential_energy),
+                         doc="The result protocol's trace: objective = potential_energy.")
+    cls.num_iterations = property(
+        lambda self: 0 if self.potential_energy is None
+        else int(np.shape(self.potential_energy)[-1]),
+        doc="Iterations of every chain, warm-up included (the result protocol's count).")
+    return cls
+
+
+def closed_form_protocol(objective_name: str, objective_fn: Callable):
+    """Class decorator for a closed-form fit's result: always ``converged``, one
+    iteration, a one-entry trace holding ``objective_fn(result)``, to be minimised."""
+    def decorate(cls):
+        cls.converged = property(lambda self: True, doc="Always True: a closed-form fit.")
+        cls.num_iterations = property(lambda self: 1, doc="1: a closed-form fit.")
+        cls.trace = property(lambda self: Trace(np.asarray([objective_fn(self)], np.float32)),
+                             doc=f"One entry: the {objective_name.replace('_', ' ')}.")
+        return follows_protocol(objective_name, "min")(cls)
     return decorate
 
 

@@ -16,7 +16,7 @@ from numpyro.diagnostics import split_gelman_rubin
 
 from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
-from inference.engine.protocol import Trace, follows_protocol
+from inference.engine.protocol import sampler_protocol
 from inference.mixture.baselines_common import (
     DRAW_BATCH,
     MAX_MCMC_COMPONENTS,
@@ -81,7 +81,7 @@ def pointwise_log_likelihood(x, samples, *, covariance: str = "full"):
     return values.reshape(*lead, x.shape[0])
 
 
-@follows_protocol("potential_energy", "min")
+@sampler_protocol
 class MixtureMCMCResult(NamedTuple):
     """Result of :func:`fit_mixture_mcmc`.
 
@@ -140,16 +140,6 @@ class MixtureMCMCResult(NamedTuple):
     covariance: str
     mcmc: NUTSDraws | None = None
 
-    @property
-    def trace(self) -> Trace:
-        """The result protocol's trace: ``objective`` is ``potential_energy`` (num_chains,
-        num_warmup + num_samples), -log density of every draw, warm-up included."""
-        return Trace(self.potential_energy)
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations of every chain, warm-up included (the result protocol's count)."""
-        return 0 if self.potential_energy is None else int(np.shape(self.potential_energy)[-1])
 
     def to_inference_data(self, x=None):
         """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``; ``arviz.loo``,

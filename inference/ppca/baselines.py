@@ -40,7 +40,7 @@ from numpyro.infer.autoguide import AutoDelta
 from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_data
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
-from inference.engine.protocol import Trace, follows_protocol
+from inference.engine.protocol import follows_protocol, sampler_protocol
 from inference.engine.svi import SVIFit, SVIProblem
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
@@ -211,7 +211,7 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
                          num_steps, converged)
 
 
-@follows_protocol("potential_energy", "min")
+@sampler_protocol
 class PPCAMCMCResult(NamedTuple):
     """Result of :func:`fit_ppca_mcmc`.
 
@@ -255,17 +255,6 @@ class PPCAMCMCResult(NamedTuple):
     mcmc: NUTSDraws | None = None
     potential_energy: jax.Array | None = None
 
-    @property
-    def trace(self) -> Trace:
-        """The result protocol's trace: ``objective`` is ``potential_energy`` (num_chains,
-        num_warmup + num_samples), -log density of every draw, warm-up included (None in
-        results saved before it was kept)."""
-        return Trace(self.potential_energy)
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations of every chain, warm-up included (the result protocol's count)."""
-        return 0 if self.potential_energy is None else int(np.shape(self.potential_energy)[-1])
 
     def to_inference_data(self):
         """An ``arviz.InferenceData`` built by ``arviz.from_numpyro``
