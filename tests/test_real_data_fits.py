@@ -1,12 +1,13 @@
 """The mixture and PPCA fits on scikit-learn's bundled real data, against scikit-learn.
 
-* ``fit_mixture`` at its defaults reaches at least ``GaussianMixture(k)``'s mean
-  log-likelihood (scikit-learn's defaults: one k-means start, reg_covar 1e-6, tol 1e-3;
-  its ``score``) less 1e-3 nats per example, its covariances have a Cholesky factor in
-  the fit's float type, and no component is pruned or flagged collapsed -- except where
-  scikit-learn's own fit degenerates: a component with fewer than d + 1 points or a
-  variance at the regulariser (wine and breast cancer at k >= 4 or 5), whose likelihood
-  grows without bound as reg_covar shrinks, so no likelihood comparison is meaningful.
+* ``fit_mixture`` at its defaults (ten k-means starts) reaches at least
+  ``GaussianMixture(k)``'s mean log-likelihood (scikit-learn's defaults: one k-means
+  start, reg_covar 1e-6, tol 1e-3; its ``score``) less 1e-3 nats per example, its
+  covariances have a Cholesky factor in the fit's float type, and no component is
+  pruned or flagged collapsed -- except where scikit-learn's own fit degenerates: a
+  component with fewer than d + 1 points or a variance at the regulariser (wine and
+  breast cancer at k >= 4 or 6), whose likelihood grows without bound as reg_covar
+  shrinks, so no likelihood comparison is meaningful.
 * The PPCA maximum-likelihood fit equals ``PCA(n_components=q)``: scikit-learn divides by
   N - 1 where the maximum likelihood divides by N, so its noise variance is N / (N - 1)
   times ours and its ``score`` is the log-likelihood at the covariance scaled by c =
@@ -102,16 +103,18 @@ def iris():
     return load("iris", False)
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
-def test_mixture_reaches_sklearn_on_iris(iris, k):
-    _, degenerate = check_mixture(iris, k)
-    assert degenerate is None  # iris at small k: nothing to excuse
+def test_mixture_reaches_sklearn_on_iris(iris):
+    """The default run's case: k = 3, where one k-means++ start fell 0.09 nats per
+    example short (one compilation; the other k run in the slow sweep)."""
+    _, degenerate = check_mixture(iris, 3)
+    assert degenerate is None  # nothing to excuse
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [4, 5, 6])
+@pytest.mark.parametrize("k", [1, 2, 4, 5, 6])
 def test_mixture_reaches_sklearn_on_raw_iris(iris, k):
-    check_mixture(iris, k)
+    _, degenerate = check_mixture(iris, k)
+    assert degenerate is None
 
 
 @pytest.mark.slow
