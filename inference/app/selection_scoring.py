@@ -164,8 +164,9 @@ def score_candidates(out, scorer, spec, candidates, criteria, keys, bar, num, nu
                 bar.step(f"cv {candidate_name(c)} fold {f + 1}")
         fold_means = np.stack([pointwise[:, te].mean(axis=1) for _, te in splits], axis=1)
         out.values["cv"] = tuple(float(v) for v in pointwise.mean(axis=1))
-        out.errors["cv"] = tuple(float(v) for v in np.std(fold_means, axis=1, ddof=1)
-                                 / math.sqrt(num_folds))
+        with np.errstate(invalid="ignore"):  # a collapsed fold's -inf: its SE is NaN
+            spread = np.std(fold_means, axis=1, ddof=1)
+        out.errors["cv"] = tuple(float(v) for v in spread / math.sqrt(num_folds))
         reasons = {i: why for i, c in enumerate(candidates)
                    if (why := scorer.degenerate(c, "cv")) is not None}
         choose(out, "cv", candidates, pointwise, reasons, order, pointwise=True)

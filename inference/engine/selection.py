@@ -106,21 +106,25 @@ class Scorer:
         """Why the fit behind ``criterion``'s value of ``candidate`` is degenerate (then it
         is excluded from that criterion's choice), or None.
 
-        The default reads what the family's scorer keeps: a candidate listed in its
-        ``collapsed`` (every restart collapsed a component), and a cached full-data fit
-        (``cache[candidate]``) whose ``collapsed`` flag is set or whose full
-        ``covariances`` are not positive definite
+        The default reads what the family's scorer keeps: for ``"cv"``, a candidate
+        listed in its ``collapsed`` (every restart of a fold's fit collapsed a
+        component; cv runs before the full-data fits); otherwise its cached full-data
+        fit (``cache[candidate]``): None (every restart collapsed), or one whose
+        ``collapsed`` flag is set or whose full ``covariances`` are not positive definite
         (:func:`inference.app.selection_checks.covariance_reason`'s test, applied here).
         """
         import numpy as np
 
-        if candidate in tuple(getattr(self, "collapsed", ()) or ()):
-            return "collapsed: every restart collapsed a component"
-        if criterion == "cv":
-            return None
-        fit = (getattr(self, "cache", None) or {}).get(candidate)
+        collapsed = candidate in tuple(getattr(self, "collapsed", ()) or ())
+        if criterion == "cv":  # cv runs first: the collapses so far are the folds' fits
+            return ("collapsed: every restart of a fold's fit collapsed a component"
+                    if collapsed else None)
+        cache = getattr(self, "cache", None) or {}
+        if candidate not in cache:
+            return "collapsed: every restart collapsed a component" if collapsed else None
+        fit = cache[candidate]
         if fit is None:
-            return None
+            return "collapsed: every restart collapsed a component"
         if getattr(fit, "collapsed", ()):
             return f"collapsed: component(s) {list(fit.collapsed)}"
         covariances = getattr(fit, "covariances", None)
