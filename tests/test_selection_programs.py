@@ -100,9 +100,12 @@ def factor(x):
         numpyro.sample("x", dist.Normal(z[:, None] * w, 1.0).to_event(1), obs=x)
 
 
-#: Small SMC runs: the planted gap (about 0.3 nats per example, 45 nats in all) is far
-#: beyond their standard errors (measured below 1 nat in all).
-EVIDENCE = {"num_particles": 100, "num_repeats": 2}
+#: SMC runs of 500 particles, 4 repeats. The planted third cluster's lead on 150 points
+#: is about 0.3 nats per example (45 nats in all); with 200 particles and 2 repeats the
+#: runs of the three-cluster program sometimes part by tens of nats (a poor mode), the
+#: standard error then exceeds the gap and the evidence rightly makes no choice
+#: (measured: 6 of 10 seeds chosen).
+EVIDENCE = {"num_particles": 500, "num_repeats": 4}
 
 
 # ------------------------------------------------------------ the planted choice
@@ -140,12 +143,11 @@ def test_table_json_and_figure_of_programs(ml_result, tmp_path):
     assert (tmp_path / "programs.png").stat().st_size > 5000
 
 
-# About 20 s (the tempered-SMC compilation of two enumerated programs): the slow run.
+# About 30 s (the tempered-SMC compilation of two enumerated programs): the slow run.
 @pytest.mark.slow
 def test_evidence_picks_the_planted_program():
-    result = model_selection(planted(0, 20), [bayes_two, bayes_three],
-                             criteria=("evidence",), evidence_options=EVIDENCE,
-                             rng_key=jax.random.key(1))
+    result = model_selection(planted(0), [bayes_two, bayes_three], criteria=("evidence",),
+                             evidence_options=EVIDENCE, rng_key=jax.random.key(1))
     assert result.choice["evidence"] == "bayes_three", result.table()
     assert not result.no_choice
 
@@ -163,17 +165,17 @@ def test_a_program_of_sizes_is_called_with_each_candidate():
 
 @pytest.mark.slow
 def test_bic_and_evidence_pick_the_planted_program_for_nine_of_ten_seeds():
-    hits = {"bic": 0, "evidence": 0}
+    hits, wrong = {"bic": 0, "evidence": 0}, {"evidence": 0}
     for seed in range(10):
         x = planted(100 + seed)
         ml = model_selection(x, [two, three], criteria=("bic",), num_restarts=3,
                              rng_key=jax.random.key(seed))
         hits["bic"] += ml.choice["bic"] == "three"
-        bayes = model_selection(planted(100 + seed, 20), [bayes_two, bayes_three],
-                                criteria=("evidence",),
+        bayes = model_selection(x, [bayes_two, bayes_three], criteria=("evidence",),
                                 evidence_options=EVIDENCE, rng_key=jax.random.key(seed))
         hits["evidence"] += bayes.choice["evidence"] == "bayes_three"
-    assert hits["bic"] >= 9 and hits["evidence"] >= 9, hits
+        wrong["evidence"] += bayes.choice["evidence"] == "bayes_two"
+    assert hits["bic"] >= 9 and hits["evidence"] >= 9 and wrong["evidence"] == 0, (hits, wrong)
 
 
 # ------------------------------------------------------------------ bad input
