@@ -42,7 +42,7 @@ def test_em_equals_scikit_learn_from_the_same_start(data64, covariance):
         warnings.simplefilter("ignore", ConvergenceWarning)
         ours = fit_mixture(x, 4, mode="stochastic", covariance=covariance, prune=False,
                            init_means=start, init_weights=weights, init_covariances=cov,
-                           max_iterations=15, tol=0.0)
+                           max_iterations=15, tol=0.0, reg_covar=1e-6)  # scikit-learn's
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scikit-learn's own not-converged note
         peer = GaussianMixture(4, covariance_type=covariance, max_iter=15, tol=0.0,
