@@ -95,7 +95,7 @@ def test_checkpoint_block_runs(tmp_path):
                  "exec"), namespace)
     assert target.is_file()
     whole, resumed = namespace["whole"], namespace["resumed"]
-    assert whole.num_iterations == resumed.num_iterations > 2  # more than one chunk ran
+    assert whole.num_iterations == resumed.num_iterations > 1  # more than one chunk ran
 
 
 @pytest.mark.slow

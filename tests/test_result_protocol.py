@@ -213,8 +213,8 @@ PENDING = {
 
 
 def _iterative():
-    names = [name for name in CALLS
-             if {"max_iterations", "num_steps"} & set(inspect.signature(_function(name)).parameters)]
+    names = [name for name in CALLS if {"max_iterations", "num_steps"}
+             & set(inspect.signature(_function(name)).parameters)]
     return [pytest.param(name, argument,
                          marks=[pytest.mark.xfail(strict=True, reason="pending")]
                          if (name, argument) in PENDING else [])

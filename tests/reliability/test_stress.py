@@ -59,14 +59,15 @@ def test_annealed_association_down_to_sigma_1e_8(planted, method):
 
 @pytest.mark.parametrize("scale", [1e-6, 1e6])
 def test_mixture_on_scaled_data(scale):
-    """Data scaled by 1e-6 and 1e6 (float32): with reg_covar scaled alike (scale^2) the
-    fit is the unscaled fit, scaled; at 1e-6 the default, absolute reg_covar = 1e-6 is
-    far above the data's variance (~1e-12) and would smooth the clusters away, so the
-    fit warns (NumericalWarning naming reg_covar) instead of failing silently."""
+    """Data scaled by 1e-6 and 1e6 (float32): the default regulariser is relative to the
+    data's variances, so the default fit is the unscaled fit, scaled; an absolute
+    reg_covar = 1e-6 at 1e-6 (far above the data's variance, ~1e-12) would smooth the
+    clusters away, so that fit warns (NumericalWarning naming reg_covar) instead of
+    failing silently."""
     x = np.asarray(mixture.generate(jax.random.key(1), 90, 3, 2, separation=6.0).x)
     start = dict(rng_key=KEY, max_iterations=100)
     reference = fit_mixture(x, 3, **start)
-    scaled = fit_mixture(scale * x, 3, reg_covar=1e-6 * scale**2, **start)
+    scaled = fit_mixture(scale * x, 3, **start)
     np.testing.assert_allclose(scaled.weights, reference.weights, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(np.asarray(scaled.means) / scale, reference.means,
                                rtol=1e-3, atol=1e-3)
@@ -75,10 +76,10 @@ def test_mixture_on_scaled_data(scale):
                                                   r"variance"):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                smoothed = fit_mixture(scale * x, 3, **start)
+                smoothed = fit_mixture(scale * x, 3, reg_covar=1e-6, prune=False, **start)
         assert np.all(np.isfinite(np.asarray(smoothed.covariances)))
     else:
-        fit_mixture(scale * x, 3, **start)  # a tiny reg_covar against 1e12: no warning
+        fit_mixture(scale * x, 3, reg_covar=1e-6, **start)  # tiny against 1e12: no warning
 
 
 @pytest.mark.parametrize("scale", [1e-6, 1e6])
