@@ -8,6 +8,7 @@ default run checks one seed by BIC, AIC and CV (the evidence's single seed, a 20
 compilation, runs with the slow tests).
 """
 
+import inspect
 import json
 import math
 
@@ -282,32 +283,13 @@ def test_pareto_params_and_evidence_gap_checks():
 
 
 # ---------------------------------------------------------------------- the CLI
-PROGRAM_FILE = '''
-import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
-from numpyro.distributions import constraints
-
-
-def mixture(x, k):
-    n, d = x.shape
-    w = numpyro.param("w", jnp.ones(k) / k, constraint=constraints.simplex)
-    mu = numpyro.param("mu", lambda key: x[jax.random.choice(key, n, (k,), replace=False)])
-    s = numpyro.param("s", jnp.ones((k, d)), constraint=constraints.positive)
-    with numpyro.plate("data", n):
-        c = numpyro.sample("c", dist.Categorical(w))
-        numpyro.sample("x", dist.Normal(mu[c], s[c]).to_event(1), obs=x)
-
-
-def two(x):
-    return mixture(x, 2)
-
-
-def three(x):
-    return mixture(x, 3)
-
-
-def wrong(x):
-    return x.undefined_attribute
-'''
+# The CLI's program file: the programs above, as a user would write them in a file of
+# their own, and one that fails to trace.
+PROGRAM_FILE = "\n\n".join([
+    "import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist\n"
+    "from numpyro.distributions import constraints\n",
+    *(inspect.getsource(fn) for fn in (mixture, two, three)),
+    "def wrong(x):\n    return x.undefined_attribute\n"])
 
 
 @pytest.fixture(scope="module")
