@@ -214,13 +214,34 @@ def test_a_collapsed_fit_is_excluded_and_marked():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(size=(50, 2)), 6 + rng.normal(size=(50, 2)),
                         np.tile([[0.0, 8.0]], (50, 1))]).astype(np.float32)
-    result = model_selection(x, [two, three], criteria=("train", "bic"), num_restarts=2,
+    # One restart, which collapses: excluded.
+    result = model_selection(x, [two, three], criteria=("train", "bic"), num_restarts=1,
                              rng_key=jax.random.key(0))
     for criterion in ("train", "bic"):
         assert "collapsed" in result.excluded[criterion]["three"], result.table()
         assert result.choice[criterion] == "two"
     assert "x" in result.table().splitlines()[2] and "excluded from bic: three" in result.table()
     assert any("scored above the choice" in n for n in result.notes)
+
+
+def test_the_best_sound_restart_stands_for_a_candidate():
+    """Where the best restart collapses and another does not, the candidate is scored by
+    the best one that does not, as in the families' scorers (here the best restart of a
+    sound fit is made collapsed by hand)."""
+    from inference import fit_em
+    from inference.app.program_selection import ProgramScorer
+
+    x = planted(0)
+    fit = fit_em(three, x, rng_key=jax.random.key(2), num_restarts=2)
+    best = int(np.argmax(np.asarray(fit.restart_objectives)))
+    collapsed = {n: np.array(v) for n, v in fit.restart_params.items()}
+    collapsed["s"][best] = 1e-9
+    broken = fit._replace(params={n: v[best] for n, v in collapsed.items()},
+                          restart_params=collapsed)
+    scorer = ProgramScorer(x, {"three": three}, rng_key=jax.random.key(0))
+    chosen = scorer._best_sound_restart("three", broken)
+    np.testing.assert_array_equal(chosen.params["mu"], fit.restart_params["mu"][1 - best])
+    assert chosen.objective == float(fit.restart_objectives[1 - best])
 
 
 @pytest.fixture(scope="module")

@@ -283,6 +283,21 @@ class ProgramScorer(Scorer):
                 raise ValueError(f"candidate {candidate.name!r}: {error}") from error
         self.num_fits += 1
         self.unconverged += not fit.converged
+        return self._best_sound_restart(name, fit)
+
+    def _best_sound_restart(self, name, fit):
+        """The best restart whose fit is not degenerate (a collapsed component, a value that
+        is not finite), where the best one overall is: as the families' scorers do."""
+        if self._reason(name, fit) is None or fit.restart_params is None:
+            return fit
+        objectives = np.asarray(fit.restart_objectives, float)
+        for index in np.argsort(np.where(np.isfinite(objectives), -objectives, np.inf)):
+            if not np.isfinite(objectives[index]):
+                break
+            params = {n: v[index] for n, v in fit.restart_params.items()}
+            if params_reason(params, self.candidates[name].constraints,
+                             self.data_scale) is None:
+                return fit._replace(params=params, objective=float(objectives[index]))
         return fit
 
     def _reason(self, name, fit):

@@ -319,7 +319,8 @@ def fit_em(model: Callable, *args, e_step: str = "soft", rng_key=None,
         posteriors = layout.unflatten_marginals(marginals)
     return EMResult(learned, states, posteriors, objective, name, direction, converged, count,
                     EMTrace(trace.objective, trace.temperature), jnp.asarray(finals), e_step,
-                    setting.closed_form, trace.temperature, issue)
+                    setting.closed_form, trace.temperature, issue,
+                    constrain(result.state.params, constraint_of))
 
 
 #: Prepared fits of recent calls, by program, argument shapes and settings.

@@ -49,6 +49,7 @@ class _EMResultFields(NamedTuple):
     closed_form: bool
     temperatures: jax.Array
     numerical_issue: str | None = None
+    restart_params: dict | None = None
 
 
 class EMResult(_EMResultFields):
@@ -95,6 +96,10 @@ class EMResult(_EMResultFields):
         The temperature of every iteration's E-step (1 where not annealed).
     numerical_issue : str or None
         What was not finite, when the objective was not (a warning said so too).
+    restart_params : dict or None
+        Every restart's final parameters (constrained), restarts first, in the order of
+        ``restart_objectives``: a caller that rejects the best restart (a collapsed
+        component, say) can take the next best. None in files saved before it was kept.
     """
 
     __slots__ = ()
