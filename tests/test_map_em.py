@@ -105,7 +105,7 @@ def test_fit_gvq_is_the_gvq_case_of_fit_map_em(planted):
     assert ours.num_iterations == int(theirs.num_iterations)
     np.testing.assert_array_equal(ours.states["s"], theirs.states)
     np.testing.assert_allclose(ours.params["features"], theirs.features, atol=1e-4)
-    np.testing.assert_allclose(ours.trace, theirs.trace.objective, rtol=1e-5)
+    np.testing.assert_allclose(ours.trace.objective, theirs.trace.objective, rtol=1e-5)
     np.testing.assert_array_equal(ours.num_changed[1:], theirs.trace.num_changed[1:])
 
 

@@ -288,7 +288,12 @@ def test_loo_waic_and_evidence_on_a_tiny_problem():
     x = ppca.generate(jax.random.key(0), 40, 4, 1, noise=0.5).x
     result = model_selection(x, [1, 2], model="ppca", criteria=("loo", "waic", "laplace"),
                              rng_key=jax.random.key(1), num_warmup=200, num_samples=200)
-    assert result.choice["loo"] == result.choice["waic"] == result.choice["laplace"] == 1
+    # A short chain may fail the reliability checks: then no choice, with its reason;
+    # never a wrong one.
+    assert result.choice["laplace"] == 1
+    for name in ("loo", "waic"):
+        assert result.choice[name] in (1, None)
+        assert result.choice[name] is not None or result.no_choice[name]
     scorer = ps.PPCAScorer(x)
     aic = scorer.train(1, None) - scorer.num_parameters(1) / 40
     for name in ("loo", "waic"):
