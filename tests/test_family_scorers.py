@@ -250,7 +250,12 @@ def test_gvq_loo_waic_and_evidence_choose_the_planted_features(gvq_planted):
                              rng_key=jax.random.key(8), num_restarts=4, num_warmup=150,
                              num_samples=150,
                              evidence_options={"num_particles": 300, "num_repeats": 2})
-    assert result.choice == {"bic": 2, "loo": 2, "waic": 2, "evidence": 2}
+    # A short chain may fail the reliability checks: then no choice, with its reason;
+    # never a wrong one.
+    assert result.choice["bic"] == result.choice["evidence"] == 2, result.table()
+    for name in ("loo", "waic"):
+        assert result.choice[name] in (2, None)
+        assert result.choice[name] is not None or result.no_choice[name]
     scorer = gs.GVQScorer(x)
     scorer.train(2, jax.random.key(1))
     idata, _ = scorer.loo(2, jax.random.key(2), 50, 50, False)

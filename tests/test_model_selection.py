@@ -178,7 +178,10 @@ def test_mcvq_loo_runs_nuts_on_the_program():
                              num_samples=150)
     loo, train = np.array(result.values["loo"]), np.array(result.values["train"])
     assert np.all(np.isfinite(loo)) and np.all(loo < train)
-    assert result.choice["loo"] == (2, 2)
+    # A short chain may fail the reliability checks: then no choice, with its reason;
+    # never a wrong one.
+    assert result.choice["loo"] in ((2, 2), None)
+    assert result.choice["loo"] is not None or result.no_choice["loo"]
     assert isinstance(result.arviz_compare, pd.DataFrame)
     assert list(result.arviz_compare.index) == ["(2, 2)", "(1, 2)"]
 
@@ -212,7 +215,10 @@ def test_mixture_cv_chooses_three(mixture_data):
 def test_mixture_loo_and_arviz_compare(mixture_data):
     result = model_selection(mixture_data.x, [2, 3, 4], model="mixture", criteria=("loo",),
                              rng_key=jax.random.key(1), num_warmup=200, num_samples=200)
-    assert result.choice["loo"] == 3
+    # A short chain may fail the reliability checks: then no choice, with its reason;
+    # never a wrong one.
+    assert result.choice["loo"] in (3, None)
+    assert result.choice["loo"] is not None or result.no_choice["loo"]
     table = result.arviz_compare
     assert isinstance(table, pd.DataFrame) and set(table.index) == {"2", "3", "4"}
     assert table.loc["2", "rank"] == 2

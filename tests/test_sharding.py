@@ -84,7 +84,8 @@ WORKER = textwrap.dedent("""
 
 #: (name, family, keyword arguments, device choice) of every sharded run in the subprocess.
 CALLS = [
-    ("mix_em", "mixture", {"data": "x", "max_iterations": 15, "tol": 0.0}, "default"),
+    ("mix_em", "mixture", {"data": "x", "max_iterations": 15, "tol": 0.0,
+                           "init": "kmeans++"}, "default"),
     ("mix_map", "mixture", {"data": "x", "mode": "map", "covariance": "diag"}, "list"),
     # Far from the data's centre: the M-step's exact fallbacks (scatter about the new
     # means; k-means' squared error from the assignment), summed over the devices.
