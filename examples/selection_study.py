@@ -40,6 +40,22 @@ another here with ``--serial`` -- keeps them under ``<output-dir>/study-<name>/r
 prints and writes the same tables, figures and JSON (``examples/studies/quick.toml`` is a
 small one; ``ppl-zoo study report FILE.toml`` prints the tables too).
 
+Real data. Planted data say whether a criterion finds a size that is there; on real
+data no size is true, and the question becomes what each criterion prefers, whether the
+criteria agree, and what they cost. ``--study examples/studies/real_data.toml`` runs
+one row per family on a real data set bundled with scikit-learn (iris for the
+mixture's k, wine for PPCA's q, thresholded digits for the clipped-Gaussian model's P,
+GVQ's n and MCVQ's (K, J); the files are under ``examples/studies/data/``) with the
+criteria that need no sampling, and prints one line per family: the data set, N x D,
+each criterion's choice (a criterion that made no choice, or a candidate left out of
+a choice as degenerate or unreliable, is listed below with the reason), whether the
+criteria agree (the training likelihood, which has no penalty, aside), scikit-learn's
+answer where it has an estimator for the question (``GaussianMixture``'s BIC over the
+same k, ``PCA(n_components="mle")``'s q) or "none", and the row's seconds. It writes
+``selection_study_real_data.json``; the project's run is kept under
+``docs/_data/selection_study/`` and discussed in the documentation's page "Model
+selection on real data".
+
 The evidence is judged decisive for a seed when its best candidate beats the runner-up
 by more than twice the combined standard error of the two SMC estimates; agreement is
 counted over decisive seeds only, since an undecided reference grades nothing.
@@ -466,12 +482,49 @@ def run_study_file(args, parser):
             table_of["rows"], table_of["summary"], {lv: levels.get(lv) for lv in
                                                     table_of["summary"]})
         lines += block
+    real = real_data_result(study, args.study, report, tables, store)
+    if real is not None:
+        print("\n".join(real["report"][1:]), flush=True)
+        path = out / "selection_study_real_data.json"
+        path.write_text(json.dumps(jsonable(real), indent=1))
+        print(f"wrote {path}")
+        results["real_data"] = real
     results["seconds"] = time.perf_counter() - start
     results["report"] = lines
-    path = out / "selection_study.json"
-    path.write_text(json.dumps(jsonable(results), indent=1))
-    print(f"wrote {path}")
+    if results["families"] or real is None:
+        path = out / "selection_study.json"
+        path.write_text(json.dumps(jsonable(results), indent=1))
+        print(f"wrote {path}")
     return results
+
+
+def real_data_result(study, source, report, tables, store):
+    """The real-data part of a study file (family entries without a planted size, e.g.
+    ``examples/studies/real_data.toml``): per family row the data set, N x D, each
+    criterion's choice, whether they agree, scikit-learn's answer (a program entry on
+    the same data; "none" without one) and the seconds, as
+    :func:`inference.app.study.tables.real_data_table` prints them; None without such
+    entries. Written to ``selection_study_real_data.json`` beside the rows' folder."""
+    from inference.app.study.tables import real_data_table
+
+    rows = [s for entry in study.models for s in tables.get(entry.label, {}).get("real", ())]
+    if not rows:
+        return None
+    computed_on = {}
+    for path in sorted(Path(store, "rows").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") == "ok" and record.get("computed_on"):
+            computed_on = {k: v for k, v in record["computed_on"].items()
+                           if k not in ("host", "pid")}
+            break
+    entries = {e.label: e for e in study.models}
+    for row in rows:
+        entry = entries[row["family"]]
+        row["options"] = dict(entry.options)
+        row["standardise"] = getattr(study.data[entry.data], "standardise", False)
+    return {"study": study.name, "source": str(source), "settings": study.settings,
+            "rows_dir": f"study-{study.name}/rows", "computed_on": computed_on,
+            "rows": rows, "report": [report[0], *real_data_table(rows)]}
 
 
 def main(argv=None):

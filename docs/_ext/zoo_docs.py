@@ -16,7 +16,11 @@ when the builder starts, writes reStructuredText pages into git-ignored folders:
 * ``generated/selection_study.rst``: the recorded model-selection study, from
   ``_data/selection_study/selection_study.json`` (written there by ``python
   examples/selection_study.py --saved-only --output-dir docs/_data/selection_study``
-  from the seed rows saved beside it);
+  from the seed rows saved beside it) and its real-data rows, from
+  ``_data/selection_study/selection_study_real_data.json`` (``python
+  examples/selection_study.py --study examples/studies/real_data.toml --serial
+  --output-dir docs/_data/selection_study``, reusing the rows under
+  ``study-real_data/rows/`` there);
 * ``generated/references.rst``: :data:`ppl_models.references.REFERENCES` and their
   BibTeX.
 
@@ -359,10 +363,57 @@ def _literal(report) -> list[str]:
     return ["::", ""] + [f"   {line}" for line in text] + [""]
 
 
-def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY) -> str:
+def real_data_section(real: dict) -> list[str]:
+    """The study's real-data rows (``selection_study_real_data.json`` of
+    ``examples/selection_study.py --study examples/studies/real_data.toml``): one table
+    row per family -- data set, N x D, each criterion's choice, whether they agree,
+    scikit-learn's answer, seconds -- and the reasons for any missing choice."""
+    lines = [underline("Real data: no planted answer", "-"), "",
+             "Planted data grade a criterion against a size that is there; on real data "
+             "no size is true. The study's real-data rows "
+             f"(``{real.get('source', 'examples/studies/real_data.toml')}``) score "
+             "every family once on a data set bundled with scikit-learn and report what "
+             "each criterion chooses, whether the criteria agree (the training "
+             "likelihood, which has no penalty, aside), scikit-learn's answer where it "
+             "has an estimator for the question, and the row's wall seconds (its "
+             "compilations included). :doc:`/model_selection_real_data` discusses them.",
+             ""]
+    rows = []
+    for r in real.get("rows", []):
+        choices = ", ".join(f"{c} {'no choice' if v is None else v}"
+                            for c, v in r["choice"].items())
+        groups = r.get("groups", {})
+        if not groups:
+            agree = "no criterion chose"
+        elif len(groups) == 1:
+            agree = "yes"
+        else:
+            agree = "no: " + "; ".join(f"{v} ({', '.join(n)})" for v, n in groups.items())
+        ref = r.get("reference")
+        sklearn = "none" if ref is None else (
+            f"{ref['choice']} ({ref['criterion']})" if ref["choice"] is not None else
+            "no choice")
+        seconds = "-" if r.get("seconds") is None else f"{r['seconds']:.3g}"
+        rows.append(tuple(escape(v) for v in (
+            r["family"], r["data"], f"{r['num_examples']} x {r.get('num_dimensions', '?')}",
+            choices, agree, sklearn, seconds)))
+    lines += list_table(("family", "data", "N x D", "choices", "criteria agree",
+                         "scikit-learn", "seconds"), rows, widths=(9, 17, 8, 30, 20, 10, 6))
+    reasons = [f"{r['family']}, {c}: no choice: {why}" for r in real.get("rows", [])
+               for c, why in r.get("no_choice", {}).items()]
+    reasons += [f"{r['family']}, {c}: {cand} left out: {why}" for r in real.get("rows", [])
+                for c, left in r.get("excluded", {}).items() for cand, why in left.items()]
+    if reasons:
+        lines += [f"* {escape(text)}" for text in reasons] + [""]
+    return lines
+
+
+def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY,
+                         real_data: dict | None = None) -> str:
     """The recorded model-selection study as reStructuredText, from the
     ``selection_study.json`` of ``examples/selection_study.py`` (a complete run or a
-    ``--saved-only`` report of a study in progress)."""
+    ``--saved-only`` report of a study in progress) and, where given, its real-data rows
+    (``selection_study_real_data.json``, :func:`real_data_section`)."""
     settings = data["settings"]
     planned = settings["seeds"]
     levels = settings.get("levels", ["separated", "overlapping", "few"])
@@ -383,7 +434,13 @@ def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY)
              f"({evidence.get('num_particles', '?')} particles, "
              f"{evidence.get('num_repeats', '?')} repeats for its standard error). "
              "The script, its planted problems and priors: "
-             ":ref:`sphx_glr_auto_examples_selection_study.py`.", ""]
+             ":ref:`sphx_glr_auto_examples_selection_study.py`.", "",
+             "These tables grade the criteria on planted data. On real data, where no "
+             "size is true, the study's real-data rows report instead each criterion's "
+             "choice, whether the criteria agree, scikit-learn's answer where it has one "
+             "and the cost: "
+             + ("the last section below and " if real_data else "")
+             + ":doc:`/model_selection_real_data`.", ""]
     if complete:
         lines += [f"The study is complete: {planned} seeds per level and family.", ""]
     else:
@@ -418,6 +475,8 @@ def selection_study_page(data: dict, figures_dir: Path | None = SELECTION_STUDY)
     if shapes and shapes.get("report"):
         lines += [underline("MCVQ on shapes: the evidence against the VB bound", "-"), ""]
         lines += _literal(shapes["report"])
+    if real_data:
+        lines += real_data_section(real_data)
     return "\n".join(lines) + "\n"
 
 
@@ -639,9 +698,11 @@ def generate(app=None) -> None:
     if (bench / "all.json").exists():
         _write(generated / "benchmarks.rst", benchmarks_page(*load_benchmarks(bench)))
     study = SELECTION_STUDY / "selection_study.json"
+    real = SELECTION_STUDY / "selection_study_real_data.json"
     if study.exists():
         _write(generated / "selection_study.rst",
-               selection_study_page(json.loads(study.read_text())))
+               selection_study_page(json.loads(study.read_text()), real_data=json.loads(
+                   real.read_text()) if real.exists() else None))
     _write(generated / "references.rst", references_page())
 
 

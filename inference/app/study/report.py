@@ -3,7 +3,10 @@
 :func:`study_report` prints, for each model entry, the selection study's tables
 (:mod:`inference.app.study.tables`: per level, each criterion's hits of the planted
 size, agreement with the decisive evidence, rank correlation and seconds per row), or,
-where the entry names no planted size, each row's choices. :func:`study_status` sorts
+where the entry names no planted size, each row's choices; then, for families on data
+without a planted size (real data), one line per row: each criterion's choice, whether
+they agree, a reference program's answer on the same data (scikit-learn's in
+``examples/studies/real_data.toml``) and the row's seconds. :func:`study_status` sorts
 the study's rows into done, failed, running (a worker has started it), queued
 (submitted to a run that is still alive) and pending (nothing is computing it).
 """
@@ -16,7 +19,12 @@ from pathlib import Path
 from inference.app.study.plan import plan_rows
 from inference.app.study.spec import Study
 from inference.app.study.store import RowStore, process_alive
-from inference.app.study.tables import family_block, summarise
+from inference.app.study.tables import (
+    family_block,
+    real_data_summary,
+    real_data_table,
+    summarise,
+)
 
 __all__ = ["study_report", "study_status", "status_lines"]
 
@@ -36,13 +44,16 @@ def _criteria(entry, rows) -> tuple:
 
 
 def _choices_block(name, by_level, criteria) -> list[str]:
+    level_width = max([14, *(len(level) + 2 for level in by_level)])
+    widths = {c: max(10, len(c) + 2) for c in criteria}
     lines = [f"\n{name}: no planted size; each row's choice per criterion",
-             f"{'level':<14s}{'seed':>5s}" + "".join(f"{c:>10s}" for c in criteria)]
+             f"{'level':<{level_width}s}{'seed':>5s}"
+             + "".join(f"{c:>{widths[c]}s}" for c in criteria)]
     for level, rows in by_level.items():
         for r in rows:
-            cells = "".join(f"{str(r['choice'].get(c, '-')).replace(' ', ''):>10s}"
+            cells = "".join(f"{str(r['choice'].get(c, '-')).replace(' ', ''):>{widths[c]}s}"
                             for c in criteria)
-            lines.append(f"{level:<14s}{r['seed']:>5d}{cells}")
+            lines.append(f"{level:<{level_width}s}{r['seed']:>5d}{cells}")
     return lines
 
 
@@ -86,11 +97,51 @@ def study_report(study: Study, output_dir=None) -> tuple[list[str], dict]:
         lines += block
         out[entry.label] = {"criteria": list(criteria), "rows": by_level, "seeds": counts,
                             "summary": summary, "best": best, "planted": entry.planted}
+    real = real_data_rows(study, plan, records, out)
+    if real:
+        lines += real_data_table(real)
     if failed:
         lines.append(f"\nfailed rows ({len(failed)}; `ppl-zoo study status` shows them, "
                      "the next `ppl-zoo study run` computes them again):")
         lines += [f"  {s.label}: {records[s.key].get('error', '?')}" for s in failed]
     return lines, out
+
+
+def real_data_rows(study: Study, plan, records, tables) -> list[dict]:
+    """The summaries (:func:`~inference.app.study.tables.real_data_summary`) of every
+    finished row of a family entry without a planted size, in the study's order; a user
+    program scored on the same data source (and level) is its reference (scikit-learn's
+    answer in ``examples/studies/real_data.toml``). Each is also kept in ``tables``
+    under its entry's ``"real"``."""
+    out = []
+    programs = [e for e in study.models if e.program is not None]
+    for entry in study.models:
+        if entry.family is None or entry.planted is not None or entry.label not in tables:
+            continue
+        criteria = tables[entry.label]["criteria"]
+        tables[entry.label]["real"] = []
+        for spec in plan:
+            record = records.get(spec.key)
+            if spec.model != entry.label or record is None or record.get("status") != "ok":
+                continue
+            reference = None
+            for program in programs:
+                if program.data != entry.data:
+                    continue
+                refs = [records.get(s.key) for s in plan
+                        if s.model == program.label and s.level == spec.level]
+                refs = [r for r in refs if r is not None and r.get("status") == "ok"]
+                if refs:
+                    reference = (program.label, refs[0]["row"])
+                    break
+            summary = real_data_summary(
+                record["row"], criteria, family=entry.label, data=spec.level,
+                level=spec.level, reference=reference,
+                wall_seconds=record.get("wall_seconds"))
+            summary["source"] = entry.data
+            tables[entry.label]["real"].append(summary)
+            out.append(summary)
+    return out
 
 
 def study_status(study: Study, output_dir=None) -> dict:

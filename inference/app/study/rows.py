@@ -17,7 +17,11 @@ A user program is a function::
 ``x`` is the data matrix (N, D), ``candidates`` the entry's candidates (None when it
 names none), ``criteria`` its criteria (None when it names none) and ``options`` its
 ``options`` table; it may also return a :class:`inference.ModelSelectionResult`. A
-criterion's choice defaults to the candidate of highest value.
+criterion's choice defaults to the candidate of highest value; the mapping may also
+hold ``"excluded"`` (criterion -> {candidate name -> why its value is left out}),
+``"no_choice"`` (criterion -> why it chose nothing), ``"seconds"``, ``"skipped"`` and
+``"notes"``. A row keeps the result's exclusions and reasons for no choice (and VB's
+surviving sizes), as ``inference.model_selection`` reports them.
 """
 
 from __future__ import annotations
@@ -136,18 +140,27 @@ def row_from_result(result, candidates) -> dict:
                                  f"{len(candidates)} candidates")
         choice = {c: argmax(candidates, vs) for c, vs in values.items()}
         choice.update(result.get("choice", {}))
+        choice.update(dict.fromkeys(result.get("no_choice", {})))
         result = SimpleNamespace(
             candidates=candidates, values=values, choice=choice,
             standard_errors={c: tuple(v) for c, v in result.get("errors", {}).items()},
             seconds=dict(result.get("seconds", {})), skipped=dict(result.get("skipped", {})),
-            notes=tuple(result.get("notes", ())))
+            notes=tuple(result.get("notes", ())),
+            excluded={c: dict(v) for c, v in result.get("excluded", {}).items()},
+            no_choice=dict(result.get("no_choice", {})))
+    vb_sizes = getattr(result, "vb_sizes", None)
     return {"decisive": decisive(result),
             "candidates": [_as_list(c) for c in result.candidates],
             "values": {c: list(v) for c, v in result.values.items()},
             "errors": {c: list(v) for c, v in result.standard_errors.items()},
             "choice": {c: _as_list(v) for c, v in result.choice.items()},
             "seconds": dict(result.seconds), "skipped": dict(result.skipped),
-            "notes": list(result.notes)}
+            "notes": list(result.notes),
+            "excluded": {c: {str(k): str(why) for k, why in v.items()}
+                         for c, v in getattr(result, "excluded", {}).items() if v},
+            "no_choice": {c: str(why) for c, why in getattr(result, "no_choice", {}).items()},
+            **({"vb_sizes": [_as_list(s) for s in vb_sizes]}
+               if vb_sizes is not None and any(s is not None for s in vb_sizes) else {})}
 
 
 def compute_row(spec) -> dict:
@@ -194,7 +207,7 @@ def compute_row(spec) -> dict:
     row = row_from_result(result, cands)
     if not row["seconds"]:
         row["seconds"] = dict.fromkeys(row["values"], time.perf_counter() - start)
-    return {"seed": spec.seed, "num_examples": num, **row}
+    return {"seed": spec.seed, "num_examples": num, "num_dimensions": int(x.shape[1]), **row}
 
 
 def _where_computed() -> dict:

@@ -214,3 +214,136 @@ def family_block(name, planted, summary, criteria, seeds):
         block.append(f"best agreement with the evidence: {best['criterion']} "
                      f"({best['agree']}/{best['total']} choices, mean rho {rho}{cost})")
     return block, best
+
+
+# -- real data: no planted answer ----------------------------------------------------------
+
+#: Criteria that are not selection rules: the training likelihood has no complexity
+#: penalty (it climbs with the size), so it is shown but left out of the agreement.
+UNPENALISED = ("train",)
+
+
+def _text(candidate) -> str:
+    if isinstance(candidate, list | tuple):
+        return "(" + ", ".join(map(str, candidate)) + ")"
+    return str(candidate)
+
+
+def real_data_summary(row, criteria, *, family=None, data=None, level=None,
+                      reference=None, wall_seconds=None):
+    """One row of a family on real data (no planted size): each criterion's choice (None
+    where it made none, with the reason), the candidates left out of each choice (with
+    why), whether the criteria that chose agree (the training likelihood aside:
+    :data:`UNPENALISED`), and the reference's answer where there is one.
+
+    ``reference`` is ``(name, row)``: the row of a user program on the same data (e.g.
+    scikit-learn's estimator) whose single criterion's choice is the reference answer;
+    ``wall_seconds`` the row's own wall time (all its criteria, compilation included).
+    """
+    choice = {c: row["choice"].get(c) for c in criteria}
+    chose = {c: v for c, v in choice.items() if v is not None and c not in UNPENALISED}
+    groups = {}
+    for c, v in chose.items():
+        groups.setdefault(_text(v), []).append(c)
+    out = {"family": family, "data": data, "level": level, "seed": row.get("seed"),
+           "num_examples": row.get("num_examples"), "num_dimensions": row.get("num_dimensions"),
+           "candidates": [_text(c) for c in row.get("candidates", [])],
+           "criteria": list(criteria), "choice": {c: None if v is None else _text(v)
+                                                  for c, v in choice.items()},
+           "no_choice": {c: row.get("no_choice", {}).get(c, "no candidate was scored")
+                         for c, v in choice.items() if v is None},
+           "excluded": {c: v for c, v in row.get("excluded", {}).items() if c in criteria},
+           "groups": groups, "agree": len(groups) == 1 and len(chose) > 1,
+           "at_largest": _at_largest(row.get("candidates", []), choice),
+           "seconds": wall_seconds,
+           "criterion_seconds": {c: row.get("seconds", {}).get(c) for c in criteria},
+           "reference": None}
+    if reference is not None:
+        name, ref = reference
+        (criterion, value), = ((c, v) for c, v in ref["choice"].items())
+        value = None if value is None else _text(value)
+        out["reference"] = {"name": name, "criterion": criterion, "choice": value,
+                            "agree": [c for c, v in out["choice"].items() if v == value
+                                      and value is not None],
+                            "seconds": max(ref.get("seconds", {}).values(), default=None),
+                            "notes": list(ref.get("notes", []))}
+    return out
+
+
+def _at_largest(candidates, choice) -> list:
+    """The criteria whose choice is the largest of integer candidates (they may prefer
+    a size beyond those scored)."""
+    sizes = [c for c in candidates if isinstance(c, int) and not isinstance(c, bool)]
+    if not sizes or len(sizes) != len(candidates):
+        return []
+    return [c for c, v in choice.items() if v == max(sizes) and c not in UNPENALISED]
+
+
+def agreement_text(summary) -> str:
+    """"all 4 choose 2", "split: 2 (vb, cv, bic), 6 (aic)", or "no choice"."""
+    groups = summary["groups"]
+    if not groups:
+        return "no criterion chose"
+    if len(groups) == 1:
+        (value, names), = groups.items()
+        return f"all {len(names)} choose {value}" if len(names) > 1 else \
+            f"only {names[0]} chose ({value})"
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    return "split: " + ", ".join(f"{v} ({', '.join(names)})" for v, names in ordered)
+
+
+def reference_text(summary) -> str:
+    """scikit-learn's (the reference program's) answer and the criteria that agree."""
+    ref = summary["reference"]
+    if ref is None:
+        return "none"
+    if ref["choice"] is None:
+        return f"{ref['criterion']}: no choice"
+    agree = ", ".join(ref["agree"]) if ref["agree"] else "no criterion"
+    return f"{ref['choice']} ({ref['criterion']}; same as {agree})"
+
+
+def real_data_table(summaries) -> list[str]:
+    """Report lines: one line per family row on real data -- data set, N x D, each
+    criterion's choice ('-': none), whether the criteria agree (the training likelihood
+    aside), the reference's answer (scikit-learn's; "none" without one) and the row's
+    wall seconds -- then, per family, how the criteria split, which agree with the
+    reference, why any criterion made no choice and which candidates were left out."""
+    lines = ["\nreal data (no planted answer): each criterion's choice ('-': no choice), "
+             "whether the criteria agree (train, without a penalty, aside), scikit-learn's "
+             "answer (none: it has no estimator for the question), the row's seconds"]
+    header = ("family", "data", "N x D", "choices", "agree", "scikit-learn", "seconds")
+    cells = []
+    for s in summaries:
+        ref = s["reference"]
+        cells.append((
+            str(s["family"]), str(s["data"]), f"{s['num_examples']} x {s['num_dimensions'] or '?'}",
+            ", ".join(f"{c} {'-' if v is None else v}" for c, v in s["choice"].items()),
+            "yes" if s["agree"] else ("-" if not s["groups"] else "no"),
+            "none" if ref is None else ("-" if ref["choice"] is None else ref["choice"]),
+            "-" if s["seconds"] is None else f"{s['seconds']:.1f}"))
+    widths = [max(len(row[i]) for row in (header, *cells)) for i in range(len(header))]
+    right = {2, 6}
+
+    def line(row):
+        return "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    lines += [line(header), *map(line, cells)]
+    for s in summaries:
+        details = [agreement_text(s)]
+        if s["reference"] is not None:
+            ref = s["reference"]
+            took = "" if ref.get("seconds") is None else f", {ref['seconds']:.1f} s"
+            details.append(f"scikit-learn ({ref['name']}{took}): {reference_text(s)}")
+        if s.get("at_largest"):
+            details.append(f"{', '.join(s['at_largest'])} chose the largest candidate "
+                           f"({s['candidates'][-1] if s['candidates'] else '?'}): a larger "
+                           "size may be preferred")
+        lines.append(f"  {s['family']}: " + "; ".join(details))
+        for c, why in s["no_choice"].items():
+            lines.append(f"  {s['family']}: no choice by {c}: {why}")
+        for c, left in s["excluded"].items():
+            for candidate, why in left.items():
+                lines.append(f"  {s['family']}: excluded from {c}: {candidate}: {why}")
+    return lines
