@@ -76,6 +76,9 @@ class ClippedSVIResult(NamedTuple):
         sigma of the program that was fitted (score it at this noise).
     recorded_weights, recorded_bias : arrays (num_records, N, P), (num_records, N)
         W and xi after every ``record_every`` steps, or None.
+    restart_objectives : array (num_restarts,) or None
+        Every start's mean loss over the last tenth of its steps when ``num_restarts``
+        > 1 (the result is the start with the lowest); None for one start.
     """
 
     weights: jax.Array
@@ -88,6 +91,7 @@ class ClippedSVIResult(NamedTuple):
     noise: float
     recorded_weights: jax.Array | None = None
     recorded_bias: jax.Array | None = None
+    restart_objectives: jax.Array | None = None
 
 
 register_renamed_fields(ClippedSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations",
@@ -181,12 +185,13 @@ def svi_step(rng_key, state, data, params, *, shard, num_hidden, bias, num_steps
 @partial(jax.jit, static_argnames=("num_hidden", "bias", "num_steps", "record_every"))
 def _svi_states(keys, spins, noise, learning_rate, init_weights, *, num_hidden, bias,
                 num_steps, record_every):
-    """The state of every start (one) before the first step."""
+    """The state of every start before the first step: ``init_weights`` (N, P) shared by
+    the starts, or (num_starts, N, P), one per start."""
     tenth = max(1, num_steps // 10)
     count = num_steps // record_every
     num_units = spins.shape[1]
 
-    def one(key):
+    def one(key, init_weights):
         svi_state = svi_init(_make, key, (spins,), (noise, learning_rate), init_weights,
                              num_hidden=num_hidden, bias=bias, num_steps=num_steps)
         return ClippedSVIState(svi_state, jnp.zeros((), jnp.int32),
@@ -194,7 +199,7 @@ def _svi_states(keys, spins, noise, learning_rate, init_weights, *, num_hidden, 
                                jnp.zeros((count, num_units, num_hidden), spins.dtype),
                                jnp.zeros((count, num_units), spins.dtype))
 
-    return jax.vmap(one)(keys)
+    return jax.vmap(one, in_axes=(0, 0 if init_weights.ndim == 3 else None))(keys, init_weights)
 
 
 def _hidden(problem, svi_state, data, params):
@@ -206,7 +211,7 @@ def _hidden(problem, svi_state, data, params):
 def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE,
                     bias: bool = True, num_steps: int = 2000, learning_rate: float = 0.1,
                     init_weights=None, record_every: int | None = None, tol: float = 0.05,
-                    progress_bar: bool = False) -> ClippedSVIResult:
+                    progress_bar: bool = False, num_restarts: int = 1) -> ClippedSVIResult:
     """Learn W (and xi) by SVI on the clipped-Gaussian program at noise sigma.
 
     Guide: ``AutoGuideList`` of ``AutoDelta`` on the global W and xi (point
@@ -261,6 +266,14 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
         far too short.
     progress_bar : bool
         tqdm bar over the steps, advanced from inside the jitted loop.
+    num_restarts : int
+        Starts run side by side (``vmap``) in the engine's one compiled loop, each with
+        its own initial W (unless ``init_weights``) and SVI key; the fit returned is the
+        one with the lowest mean loss over the last tenth of its steps (the loss of one
+        step is a one-draw estimate, too noisy to rank starts by; non-finite ones are
+        skipped). One start (the default) uses ``rng_key`` itself, more
+        ``jax.random.split(rng_key, num_restarts)`` (start i is the fit with ``rng_key``
+        that key, up to float rounding); ``restart_objectives`` lists every start's.
 
     Returns
     -------
@@ -299,23 +312,33 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
         if num_steps % block_steps:
             raise ValueError(f"record_every must divide num_steps = {num_steps}; got "
                              f"{record_every}")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
     num_units = spins.shape[1]
-    key_init, key_run = jax.random.split(rng_key)
-    start = initial_weights(key_init, init_weights, num_units, num_hidden)
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    key_pairs = [jax.random.split(key) for key in start_keys]
+    starts = [initial_weights(key_init, init_weights, num_units, num_hidden).astype(spins.dtype)
+              for key_init, _ in key_pairs]
+    start = starts[0] if num_restarts == 1 else jnp.stack(starts)
     static = dict(num_hidden=num_hidden, bias=bias, num_steps=num_steps)
     noise_value = jnp.asarray(noise, spins.dtype)
     rate = jnp.asarray(learning_rate, spins.dtype)
-    keys = key_run[None]
-    states = _svi_states(keys, spins, noise_value, rate, start.astype(spins.dtype),
-                         record_every=block_steps, **static)
+    keys = jnp.stack([key_run for _, key_run in key_pairs])
+    states = _svi_states(keys, spins, noise_value, rate, start, record_every=block_steps,
+                         **static)
     algorithm = Algorithm(svi_step, options=(*static.items(), ("record_every", block_steps)),
                           name="fit_clipped_svi")
     fitted = run(algorithm, states, (spins,), (noise_value, rate, jnp.asarray(tol, spins.dtype)),
                  keys=keys, max_iterations=num_steps, progress_bar=progress_bar)
-    state, trace, num_iterations, converged = select(fitted, 0)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        tenth = max(1, num_steps // 10)
+        restart_objectives = jnp.mean(fitted.trace.objective[:, -tenth:], axis=1)
+        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
+                                        jnp.inf)))
+    state, trace, num_iterations, converged = select(fitted, best)
     fit = SVIFit(_make, "fit_clipped_svi", tuple(static.items()))
-    loc, scale = (leaf[0] for leaf in fit.read(fitted.state.svi, (spins,), (noise_value, rate),
-                                               _hidden))
+    loc, scale = (leaf[best] for leaf in fit.read(fitted.state.svi, (spins,),
+                                                  (noise_value, rate), _hidden))
     losses, weights = trace.objective, state.weights[-1]
     if not (bool(jnp.all(jnp.isfinite(losses[-1:]))) and bool(jnp.all(jnp.isfinite(weights)))):
         warnings.warn("fit_clipped_svi: the loss or W is not finite; lower learning_rate",
@@ -326,4 +349,4 @@ def fit_clipped_svi(s, num_hidden: int, *, rng_key, noise: float = DEFAULT_NOISE
                       ConvergenceWarning, stacklevel=2)
     records = (state.weights, state.bias) if record_every is not None else (None, None)
     return ClippedSVIResult(weights, state.bias[-1], ClippedSVITrace(losses), num_iterations,
-                            converged, loc, scale, noise, *records)
+                            converged, loc, scale, noise, *records, restart_objectives)

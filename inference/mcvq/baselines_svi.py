@@ -115,6 +115,10 @@ class MCVQSVIResult(NamedTuple):
         half of the run.
     variance_floor : float
         The absolute floor on sigma^2 (as ``MCVQResult.variance_floor``).
+    restart_objectives : array (num_restarts,) or None
+        The final loss per example (``trace.objective[-1]``) of every start when
+        ``num_restarts`` > 1 (the result is the start with the lowest); None for one
+        start.
     """
 
     mu: jax.Array
@@ -126,6 +130,7 @@ class MCVQSVIResult(NamedTuple):
     num_iterations: int
     converged: bool
     variance_floor: float
+    restart_objectives: jax.Array | None = None
 
 
 register_renamed_fields(MCVQSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
@@ -164,9 +169,12 @@ def _meanfield_program(x, mask, a, b, init_mu, init_sigma, lower, init_g, init_m
 def _make(data, params, start, *, meanfield, num_steps):
     """The SVI of the MCVQ wrappers (:class:`inference.engine.svi.SVIFit`) and the
     arguments of its model and guide: ``data`` is ``(x, mask)``, ``params`` ``(a, b,
-    start, learning_rate, lower)`` (the start is in ``params``)."""
+    start, learning_rate, lower)`` (the start is in ``params``, or in ``start`` when the
+    fit has several)."""
     x, mask = data
     a, b, init, learning_rate, lower = params
+    if start is not None:
+        init = start
     if meanfield:
         model, guide = _meanfield_program, _meanfield_guide
         args = (x, mask, a, b, init.mu, init.sigma, lower, init.g, init.m)
@@ -261,33 +269,47 @@ def _floor(x, mask, variance_floor):
 
 def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, variance_floor, a, b,
          tol, progress_bar, meanfield, caller, checkpoint_path=None, checkpoint_every=None,
-         resume_from=None):
+         resume_from=None, num_restarts=1):
     x, mask, num_vqs, num_states = _check_fit_args(x, num_vqs, num_states, mask, rng_key,
                                                    num_steps, learning_rate, variance_floor, tol,
                                                    caller)
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
     num, dim = x.shape
     x = jnp.asarray(x)
     a, b = core.priors(a, b, dim, num_vqs, num_states, x.dtype)
     floor = _floor(x, mask, variance_floor)
     lower = jnp.asarray(np.sqrt(floor), x.dtype)
-    # The start of fit_mcvq for this key; sigma strictly inside the open constraint.
-    init = mcvq_fit.init(rng_key, x, mask, num_vqs, num_states, a, b,
-                         jnp.asarray(floor, x.dtype))
-    init = init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower))
+    # The start of fit_mcvq for each start's key (rng_key itself for one start, else keys
+    # split off it); sigma strictly inside the open constraint.
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    inits = []
+    for start_key in start_keys:
+        init = mcvq_fit.init(start_key, x, mask, num_vqs, num_states, a, b,
+                             jnp.asarray(floor, x.dtype))
+        inits.append(init._replace(sigma=jnp.maximum(init.sigma, 1.01 * lower)))
+    init = inits[0]
+    # One start: in params (as ever); several: stacked, one per start (``_make``'s start).
+    starts = None if num_restarts == 1 else jax.tree.map(lambda *v: jnp.stack(v), *inits)
     learning_rate_value = jnp.asarray(learning_rate, x.dtype)
     data, params = (x, mask), (a, b, init, learning_rate_value, lower)
-    key = jax.random.split(rng_key)[1]
+    keys = jnp.stack([jax.random.split(start_key)[1] for start_key in start_keys])
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_vqs=num_vqs, num_states=num_states, num_steps=num_steps,
-             learning_rate=learning_rate, variance_floor=variance_floor, rng_key=rng_key),
-        data=data, start=(*init, a, b, lower))
+             learning_rate=learning_rate, variance_floor=variance_floor, rng_key=rng_key,
+             **({"num_restarts": num_restarts} if num_restarts > 1 else {})),
+        data=data, start=(*(init if starts is None else starts), a, b, lower))
     fit = SVIFit(_make, caller, (("meanfield", meanfield), ("num_steps", num_steps)))
-    fitted = fit.run(key[None], data, params, num_steps=num_steps, progress_bar=progress_bar,
-                     checkpoint=checkpoint)
-    states, losses = fitted.state, fitted.trace.objective[0]
-    values, final = jax.tree.map(lambda leaf: leaf[0], fit.read(states, data, params,
-                                                                _parameters_and_loss))
+    fitted = fit.run(keys, data, params, num_steps=num_steps, starts=starts,
+                     progress_bar=progress_bar, checkpoint=checkpoint)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        restart_objectives = fitted.trace.objective[:, -1] / num
+        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
+                                        jnp.inf)))
+    states, losses = fitted.state, fitted.trace.objective[best]
+    values, final = jax.tree.map(lambda leaf: leaf[best], fit.read(states, data, params,
+                                                                   _parameters_and_loss))
     losses = losses / num
     final = float(final) / num
     finite = bool(np.isfinite(final)) and all(
@@ -303,7 +325,8 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, var
                       ConvergenceWarning, stacklevel=3)
     return MCVQSVIResult(mu=values["mu"], sigma=values["sigma"], g=values.get("g"),
                          m=values.get("m"), trace=MCVQSVITrace(losses), loss=final,
-                         num_iterations=num_steps, converged=converged, variance_floor=floor)
+                         num_iterations=num_steps, converged=converged, variance_floor=floor,
+                         restart_objectives=restart_objectives)
 
 
 _FIT_PARAMETERS = """
@@ -343,6 +366,13 @@ _FIT_PARAMETERS = """
         Continue from a checkpoint written by the same function with the same data
         and options (else ``ValueError`` naming the option); the result is
         bit-identical to the uninterrupted run.
+    num_restarts : int
+        Starts run side by side (``vmap``) in the engine's one compiled loop; the fit
+        returned is the one with the lowest final loss (``trace.objective[-1]``,
+        non-finite ones skipped). One start (the default) is ``fit_mcvq``'s start for
+        ``rng_key`` itself, more those for ``jax.random.split(rng_key, num_restarts)``
+        (start i is the fit with ``rng_key`` that key, up to float rounding);
+        ``restart_objectives`` lists every start's final loss.
 
     Returns
     -------
@@ -361,7 +391,8 @@ def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                  num_steps: int = 500, learning_rate: float = 0.05, variance_floor: float = 1e-3,
                  a=None, b=None, tol: float = 1e-3,
                  progress_bar: bool = False, checkpoint_path=None,
-                 checkpoint_every: int | None = None, resume_from=None) -> MCVQSVIResult:
+                 checkpoint_every: int | None = None, resume_from=None,
+                 num_restarts: int = 1) -> MCVQSVIResult:
     """Maximum likelihood mu, sigma by SVI with r and s enumerated (``TraceEnum_ELBO``).
 
     The program is ``ppl_models.mcvq.model(enumerable=True)`` with mu, sigma as
@@ -373,7 +404,7 @@ def fit_mcvq_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
                 learning_rate=learning_rate, variance_floor=variance_floor, a=a, b=b, tol=tol,
                 progress_bar=progress_bar, meanfield=False, caller="fit_mcvq_svi",
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-                resume_from=resume_from)
+                resume_from=resume_from, num_restarts=num_restarts)
 
 
 def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_key,
@@ -381,7 +412,7 @@ def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_k
                            variance_floor: float = 1e-3, a=None, b=None, tol: float = 1e-3,
                            progress_bar: bool = False, checkpoint_path=None,
                            checkpoint_every: int | None = None,
-                           resume_from=None) -> MCVQSVIResult:
+                           resume_from=None, num_restarts: int = 1) -> MCVQSVIResult:
     """SVI of the paper's mean-field guide (g shared, m per example), exact ELBO (sec. 3).
 
     Guide Q(r^c_d = k) = g_dk, Q(s^c_k = j) = m^c_kj (``numpyro.param`` on the
@@ -394,7 +425,7 @@ def fit_mcvq_meanfield_svi(x, num_vqs: int, num_states: int, *, mask=None, rng_k
                 learning_rate=learning_rate, variance_floor=variance_floor, a=a, b=b, tol=tol,
                 progress_bar=progress_bar, meanfield=True, caller="fit_mcvq_meanfield_svi",
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-                resume_from=resume_from)
+                resume_from=resume_from, num_restarts=num_restarts)
 
 
 _EXAMPLE_DATA = """

@@ -235,7 +235,7 @@ def fit_mcvq_stream(source, num_vqs: int, num_states: int, *, mask=None, rng_key
                     temperature_schedule=None, max_iterations: int = 100,
                     initial_temperature: float | None = None, variance_floor: float = 1e-3,
                     tol: float = 1e-6, a=None, b=None, num_restarts: int = 1, batch_size=None,
-                    return_m: bool = False):
+                    return_m: bool = False, progress_bar: bool = False):
     """:func:`inference.mcvq.em.fit_mcvq` by passes over a source of row batches.
 
     Design (module docstring): the in-memory fit's per-example state m^c is the
@@ -279,6 +279,8 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
         Rows per batch (:class:`inference.mixture.stream.BatchSource`).
     return_m : bool
         Compute m of every example (see above).
+    progress_bar : bool
+        A tqdm bar over the passes of the iterations (the engine's).
 
     Returns
     -------
@@ -386,7 +388,8 @@ initial_temperature, variance_floor, tol, a, b, num_restarts
     params = (shift, a, b, temps, floor_d, jnp.asarray(tol, dtype))
     starts = _stream_starts(g, mu, sigma, stats, kl_m, shift, a, temps[0], floor_d)
     runs = run_passes(STREAM_ALGORITHM, starts, Packed(data), params, keys=keys,
-                      max_iterations=num_iterations, tol=tol, dtype=dtype)
+                      max_iterations=num_iterations, tol=tol, dtype=dtype,
+                      progress_bar=progress_bar)
     for count, rows in zip(np.asarray(runs.num_iterations), np.asarray(runs.trace.rows),
                            strict=True):
         for it in range(int(count)):

@@ -237,7 +237,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
                 conditional: bool = True, moves: bool = True,
                 move_steps: int = 20, checkpoint_path=None,
                 checkpoint_every: int | None = None, resume_from=None,
-                progress_bar: bool = False) -> VBMCVQResult:
+                progress_bar: bool = False, num_restarts: int = 1) -> VBMCVQResult:
     """Variational Bayes MCVQ with type-II ML weights and pruning (module docstring).
 
     Parameters
@@ -250,7 +250,7 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         True where x is observed (default: all); every example and dimension
         needs an observed entry.
     rng_key : jax.random key
-        For the start (:func:`init`).
+        For the start (:func:`init`) and the moves' proposals.
     prune_threshold : float in (0, 1)
         A VQ with alpha_k, or a state with pi_kj, below it is removed. The
         default 1e-3 is far below the weight of any VQ that explains one
@@ -294,7 +294,14 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         result is bit-identical to the uninterrupted fit; a checkpoint of a finished
         fit returns its result at once.
     progress_bar : bool
-        A tqdm bar over the iterations of the main loop.
+        A tqdm bar over the iterations of the main loop (of every start).
+    num_restarts : int
+        Starts, each the whole fit (main loop and moves) from its own key: ``rng_key``
+        itself for one (the default), ``jax.random.split(rng_key, num_restarts)`` for
+        more (start i is the fit with ``rng_key`` that key). They run one after
+        another (the moves are a search on the host), and the fit returned is the one
+        with the highest final bound among those whose pruning left every VQ a state;
+        ``restart_objectives`` lists every start's bound. Checkpoints need one start.
 
     Returns
     -------
@@ -359,6 +366,10 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if num_restarts > 1 and (checkpoint_path, checkpoint_every, resume_from) != (None,) * 3:
+        raise ValueError(f"checkpoint_path/checkpoint_every/resume_from need one start; got "
+                         f"num_restarts={num_restarts}")
     move_steps = check_positive_int(move_steps, "move_steps")
     tol = check_tolerance(tol, "tol")
     x, mask = check_covered(x, mask)
@@ -375,14 +386,23 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
     padded[:num_iterations] = temperatures
     threshold = jnp.asarray(prune_threshold, x.dtype)
     tol_array = jnp.asarray(tol, x.dtype)
-    state, parts, temps, num_moves = _run_checkpointed(
-        rng_key, x, mask, prior, threshold, padded, num_iterations, tol_array,
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    runs = [_run_checkpointed(
+        key, x, mask, prior, threshold, padded, num_iterations, tol_array,
         max_vqs=max_vqs, max_states=max_states, conditional=bool(conditional), moves=moves,
         max_iterations=max_iterations, move_steps=move_steps, checkpoint_path=checkpoint_path,
         checkpoint_every=checkpoint_every, resume_from=resume_from, progress_bar=progress_bar,
         options=dict(max_vqs=max_vqs, max_states=max_states, prune_threshold=prune_threshold,
                      max_iterations=max_iterations, tol=tol, conditional=bool(conditional),
-                     moves=bool(moves), move_steps=move_steps, rng_key=rng_key))
+                     moves=bool(moves), move_steps=move_steps, rng_key=key))
+        for key in start_keys]
+    best, restart_objectives = 0, None
+    if num_restarts > 1:  # the highest bound; a start that pruned everything never wins
+        finals = np.array([-np.inf if bool(run[0].all_pruned) else float(run[0].bound)
+                           for run in runs])
+        best = int(np.argmax(np.where(np.isnan(finals), -np.inf, finals)))
+        restart_objectives = host.array(finals, x.dtype)
+    state, parts, temps, num_moves = runs[best]
     if bool(state.all_pruned):
         raise ValueError(
             f"prune_threshold={prune_threshold} would remove every VQ, or every state of a VQ "
@@ -428,4 +448,5 @@ def fit_vb_mcvq(x, max_vqs: int, max_states: int, *, mask=None, rng_key,
         trace=VBMCVQTrace(bounds, host.array(temps, x.dtype), vqs, states), num_iterations=its,
         converged=converged, monotone=monotone,
         prior=prior, num_moves=num_moves,
-        num_causes=int(np.sum(np.sum(np.asarray(active), axis=1) > 1)))
+        num_causes=int(np.sum(np.sum(np.asarray(active), axis=1) > 1)),
+        restart_objectives=restart_objectives)

@@ -79,6 +79,10 @@ class VBMCVQResult(NamedTuple):
         Surviving VQs with more than one active state. A one-state VQ has no
         latent choice: it is a constant term (e.g. for pixels that are the same in
         every image), not a cause.
+    restart_objectives : array (num_restarts,) or None
+        The final bound of every start when ``num_restarts`` > 1 (-inf for a start
+        whose pruning removed every VQ or every state of one; the result is the start
+        with the highest); None for one start.
     """
 
     num_vqs: int
@@ -103,6 +107,7 @@ class VBMCVQResult(NamedTuple):
     prior: MCVQPrior
     num_moves: int
     num_causes: int
+    restart_objectives: jax.Array | None = None
 
 
 #: The per-iteration fields of a VBMCVQResult saved before they became one trace.

@@ -77,6 +77,9 @@ class MixtureSVIResult(NamedTuple):
         The loss changed by at most ``tol`` (nats per example) over the second
         half of the run.
     covariance : str
+    restart_objectives : array (num_restarts,) or None
+        The final loss per example of every start when ``num_restarts`` > 1 (the
+        result is the start with the lowest); None for one start.
     """
 
     weights: jax.Array
@@ -90,6 +93,7 @@ class MixtureSVIResult(NamedTuple):
     num_iterations: int
     converged: bool
     covariance: str
+    restart_objectives: jax.Array | None = None
 
 
 register_renamed_fields(MixtureSVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
@@ -107,9 +111,12 @@ def _mixture_svi(init_values, learning_rate, covariance, num_steps):
 
 def _make(data, params, start, *, covariance, num_components, num_steps):
     """The SVI of :func:`fit_mixture_svi` (:class:`inference.engine.svi.SVIFit`): ``params``
-    is ``(initial sites, learning_rate, prior_scale)``; the start is in ``params``."""
+    is ``(initial sites, learning_rate, prior_scale)``; the start is in ``params``, or in
+    ``start`` (one start's initial sites) when the fit has several."""
     (x,) = data
     init_values, learning_rate, prior_scale = params
+    if start is not None:
+        init_values = start
     return SVIProblem(_mixture_svi(init_values, learning_rate, covariance, num_steps), (x,),
                       model_kwargs(covariance, num_components, prior_scale))
 
@@ -131,7 +138,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
                     init_means=None, init_weights=None, init_covariances=None,
                     tol: float = 1e-4, progress_bar: bool = False, checkpoint_path=None,
                     checkpoint_every: int | None = None,
-                    resume_from=None) -> MixtureSVIResult:
+                    resume_from=None, num_restarts: int = 1) -> MixtureSVIResult:
     """MAP parameters of the mixture program by SVI, y summed out (``TraceEnum_ELBO``).
 
     Guide: ``AutoDelta`` (a point mass) on alpha, m, sd and, for ``"full"``, corr,
@@ -195,6 +202,14 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
         Continue from a checkpoint written by ``fit_mixture_svi`` with the same x and
         options (else ``ValueError`` naming the option); the result is bit-identical
         to the uninterrupted run.
+    num_restarts : int
+        k-means++ starts run side by side (``vmap``) in the engine's one compiled loop;
+        the fit returned is the one with the lowest final loss (``trace.objective[-1]``,
+        non-finite ones skipped). One start (the default) is drawn from ``rng_key``
+        itself, more from ``jax.random.split(rng_key, num_restarts)`` (start i is the
+        fit with ``rng_key`` that key, up to float rounding); ``restart_objectives``
+        lists every start's final loss. More than one needs means drawn by k-means++
+        (not ``init_means``: the loss is deterministic, so equal starts end equal).
 
     Returns
     -------
@@ -223,26 +238,43 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     num_steps = check_positive_int(num_steps, "num_steps")
     check_positive(learning_rate, "learning_rate")
     check_positive(tol, "tol")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if init_means is not None and num_restarts > 1:
+        raise ValueError(f"num_restarts={num_restarts} needs means drawn by k-means++; "
+                         "init_means gives one start (use num_restarts=1)")
     num, dim = x.shape
-    key_means, key_run = jax.random.split(rng_key)
-    weights, means, cov = initial_parameters(key_means, x, k, covariance, init_means,
-                                              init_weights, init_covariances)
-    init_values = site_values(weights, means, cov, covariance)
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    runs, starts = [], []
+    for key in start_keys:
+        key_means, key_run = jax.random.split(key)
+        weights, means, cov = initial_parameters(key_means, x, k, covariance, init_means,
+                                                  init_weights, init_covariances)
+        runs.append(key_run)
+        starts.append(site_values(weights, means, cov, covariance))
+    init_values = starts[0]
+    # One start: in params (as ever); several: stacked, one per start (``_make``'s start).
+    starts = None if num_restarts == 1 else jax.tree.map(lambda *v: jnp.stack(v), *starts)
     learning_rate_value = jnp.asarray(learning_rate, x.dtype)
     prior_scale_value = jnp.asarray(prior_scale, x.dtype)
     checkpoint = checkpointing(
         checkpoint_path, checkpoint_every, resume_from,
         dict(num_components=k, covariance=covariance, num_steps=num_steps,
-             learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key),
-        data=(x,), start=tuple(init_values.values()))
+             learning_rate=learning_rate, prior_scale=prior_scale, rng_key=rng_key,
+             **({"num_restarts": num_restarts} if num_restarts > 1 else {})),
+        data=(x,), start=tuple((init_values if starts is None else starts).values()))
     fit = SVIFit(_make, "fit_mixture_svi", (("covariance", covariance), ("num_components", k),
                                             ("num_steps", num_steps)))
     params = (init_values, learning_rate_value, prior_scale_value)
-    fitted = fit.run(key_run[None], (x,), params, num_steps=num_steps,
+    fitted = fit.run(jnp.stack(runs), (x,), params, num_steps=num_steps, starts=starts,
                      progress_bar=progress_bar, checkpoint=checkpoint)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        restart_objectives = fitted.trace.objective[:, -1] / num
+        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
+                                        jnp.inf)))
     sites, log_prior = jax.block_until_ready(jax.tree.map(
-        lambda leaf: leaf[0], fit.read(fitted.state, (x,), params, _sites_and_prior)))
-    losses = fitted.trace.objective[0]
+        lambda leaf: leaf[best], fit.read(fitted.state, (x,), params, _sites_and_prior)))
+    losses = fitted.trace.objective[best]
     losses = losses / num
     weights, means, cov = parameters_from_sites(sites, covariance, dim)
     finite = all(bool(jnp.all(jnp.isfinite(v))) for v in (losses[-1], weights, means, cov))
@@ -261,4 +293,5 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     return MixtureSVIResult(
         weights=weights, means=means, covariances=cov, log_likelihood=-values["L_stocha"],
         log_prior=float(log_prior), trace=MixtureSVITrace(losses), labels=labels, num_components=k,
-        num_iterations=num_steps, converged=converged, covariance=covariance)
+        num_iterations=num_steps, converged=converged, covariance=covariance,
+        restart_objectives=restart_objectives)

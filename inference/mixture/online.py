@@ -202,6 +202,9 @@ class OnlineResult(NamedTuple):
         True when a parameter became non-finite (a NumericalWarning says so).
     num_start : int
     method, criterion, schedule, covariance : str
+    restart_objectives : array (num_restarts,) or None
+        The final mean log-likelihood of every start when ``num_restarts`` > 1 (the
+        result is the start with the highest); None for one start.
     """
 
     weights: jax.Array
@@ -227,6 +230,7 @@ class OnlineResult(NamedTuple):
     criterion: str
     schedule: str
     covariance: str
+    restart_objectives: jax.Array | None = None
 
 
 def _old_online_result(values):
@@ -314,7 +318,8 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
                covariance: str = "full", old_posterior: str = "zero",
                init: str = "kmeans++", init_means=None, prior_count=None,
                trace_every=None, min_share: float = 0.01, reg_covar: float = 1e-6,
-               min_weight: float = 1e-4, progress_bar: bool = False) -> OnlineResult:
+               min_weight: float = 1e-4, progress_bar: bool = False,
+               num_restarts: int = 1) -> OnlineResult:
     """Learn a mixture online from a shuffled stream of the examples of ``x``.
 
     Parameters
@@ -325,7 +330,9 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     method : {"adaptive_em", "cl", "fscl", "cl_posterior", "rpcl"}
     rng_key : jax.random key
         Shuffles every pass (:func:`stream_order`) and, unless ``init_means`` is
-        given, draws the initial means.
+        given, draws the initial means: ``jax.random.split(rng_key)`` gives the keys of
+        the means and of the orders. With ``num_restarts`` > 1, start i is the fit with
+        ``rng_key=jax.random.split(rng_key, num_restarts)[i]``.
     max_iterations : int
         Passes over the data at most (each in a fresh random order); the stream
         has up to max_iterations * num_examples steps.
@@ -360,6 +367,13 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         Adaptive EM prunes a unit whose weight falls below it.
     progress_bar : bool
         A tqdm bar over the passes (the engine's).
+    num_restarts : int
+        Starts run one after another in one compiled loop, each with its own initial
+        means and orders (keys split off ``rng_key``; the default 1 uses ``rng_key``
+        itself); the fit returned is the one with the highest final objective (the
+        mean log-likelihood after its last pass, ``trace.objective[-1]``).
+        ``restart_objectives`` lists every start's. With ``init_means`` the starts
+        share their means and differ in their orders.
 
     Returns
     -------
@@ -389,6 +403,7 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     if float(jnp.mean(jnp.var(x, axis=0))) == 0.0:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
     tol = check_nonnegative(tol, "tol")
     learning_rate = check_rate(learning_rate, "learning_rate")
     delearning_rate = check_rate(delearning_rate, "delearning_rate", lower_open=False)
@@ -404,7 +419,9 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
     if rng_key is None:
         raise MissingKeyError("rng_key is required (it shuffles the stream)")
     check_rng_key(rng_key)
-    key_init, key_order = jax.random.split(rng_key)
+    start_keys = rng_key[None] if num_restarts == 1 else jax.random.split(rng_key, num_restarts)
+    key_init, key_order = (jnp.stack(keys) for keys in zip(
+        *(jax.random.split(key) for key in start_keys), strict=True))
     if init_means is not None:
         init_means = jnp.asarray(init_means, x.dtype)
         if init_means.shape != (k, dim) or not bool(jnp.all(jnp.isfinite(init_means))):
@@ -416,19 +433,28 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
                ("schedule", schedule))
     numbers = {"learning_rate": learning_rate, "delearning_rate": delearning_rate,
                "reg_covar": float(reg_covar), "min_weight": min_weight}
-    state = init_jit(key_init, x, k, init_method=init, means=init_means,
-                      covariance=covariance, prior_count=prior_count)
-    start_means = state.means
+    states = [init_jit(key, x, k, init_method=init, means=init_means, covariance=covariance,
+                       prior_count=prior_count) for key in key_init]
     slots = num_slots(num, trace_every)
+    # The starts run one after another (lax.map), each rounding as it would alone.
     algorithm = Algorithm(pass_step, name="fit_online", options=(
         ("trace_every", trace_every), ("slots", slots), ("by_posterior", by_posterior),
-        ("options", options)))
-    start = PassState(state, jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, x.dtype))
-    fitted = run_engine(algorithm, jax.tree.map(lambda leaf: leaf[None], start), (x,),
-                        (key_order, min_share, tol, max_iterations, numbers),
-                        keys=key_order[None], max_iterations=max_iterations,
+        ("options", options)), vectorized=False)
+    starts = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(
+        PassState(state, jnp.zeros((), jnp.int32), jnp.asarray(-jnp.inf, x.dtype),
+                  jnp.asarray(index, jnp.int32)) for index, state in enumerate(states)))
+    fitted = run_engine(algorithm, starts, (x,),
+                        (key_order[0] if num_restarts == 1 else key_order, min_share, tol,
+                         max_iterations, numbers),
+                        keys=key_order, max_iterations=max_iterations,
                         progress_bar=progress_bar)
-    final, passes, num_iterations, converged = select(fitted, 0)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        restart_objectives = fitted.state.previous
+        finals = np.asarray(restart_objectives, np.float64)
+        best = int(np.argmax(np.where(np.isnan(finals), -np.inf, finals)))
+    start_means = states[best].means
+    final, passes, num_iterations, converged = select(fitted, best)
     state = final.online
     recorded = np.asarray(passes.recorded)
     trace = OnlineTrace(*(host.array(np.asarray(field)[recorded]) for field in (
@@ -456,4 +482,4 @@ def fit_online(x, num_components: int, *, method: str = "rpcl", rng_key=None,
         win_counts=state.counts, trace=trace, num_iterations=num_iterations,
         converged=converged, num_steps=int(state.num_steps),
         nonfinite=nonfinite, num_start=k, method=method, criterion=criterion,
-        schedule=schedule, covariance=covariance)
+        schedule=schedule, covariance=covariance, restart_objectives=restart_objectives)

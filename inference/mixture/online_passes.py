@@ -32,11 +32,13 @@ __all__ = ["PassState", "PassInfo", "pass_step", "num_slots", "BatchInfo", "batc
 
 class PassState(NamedTuple):
     """The engine's state of the online fit: the learner's state, the passes done
-    (``passes``, which draws the pass's order) and the previous pass's objective."""
+    (``passes``, which draws the pass's order), the previous pass's objective and the
+    index of the start (``start``: which of several orders' keys it reads)."""
 
     online: OnlineState
     passes: jax.Array
     previous: jax.Array
+    start: jax.Array
 
 
 class PassInfo(NamedTuple):
@@ -77,9 +79,13 @@ def pass_step(rng_key, state, data, params, *, shard, trace_every, slots, by_pos
     :func:`inference.mixture.online_rules.stream_order`), as an
     :class:`~inference.engine.Algorithm` step (``rng_key`` unused: the order comes from
     ``key_order``). ``params`` = (key_order, min_share, tol, max_iterations, numbers),
-    ``numbers`` the rule's rates (a dict); ``options`` the rule's static options."""
+    ``numbers`` the rule's rates (a dict); ``options`` the rule's static options.
+    ``key_order`` is one key, or one per start (restarts), of which start
+    ``state.start`` reads its own."""
     (x,) = data
     key_order, min_share, tol, max_iterations, numbers = params
+    if key_order.ndim:  # one key per start
+        key_order = key_order[state.start]
     opts = dict(options)
     num = x.shape[0]
     done = state.passes * num  # steps before this pass
@@ -116,7 +122,8 @@ def pass_step(rng_key, state, data, params, *, shard, trace_every, slots, by_pos
                     for r, v in zip(records, end, strict=True))
     recorded = jnp.arange(slots) < count + at_end.astype(jnp.int32)
     info = PassInfo(objective, *records, recorded, converged)
-    return PassState(online, state.passes + 1, objective.astype(state.previous.dtype)), info
+    return (PassState(online, state.passes + 1, objective.astype(state.previous.dtype),
+                      state.start), info)
 
 
 class BatchInfo(NamedTuple):

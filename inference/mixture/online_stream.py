@@ -77,6 +77,10 @@ class OnlineStreamResult(NamedTuple):
     nonfinite : bool
     num_start : int
     method, criterion, schedule, covariance : str
+    restart_objectives : array (num_restarts,) or None
+        The mean prequential log-likelihood of the last pass of every start when
+        ``num_restarts`` > 1 (the result is the start with the highest); None for one
+        start.
     """
 
     weights: jax.Array
@@ -101,6 +105,7 @@ class OnlineStreamResult(NamedTuple):
     criterion: str
     schedule: str
     covariance: str
+    restart_objectives: jax.Array | None = None
 
 
 def _old_stream_result(values):
@@ -124,7 +129,7 @@ def fit_online_stream(source, num_components: int, *, method: str = "rpcl", rng_
                       init_covariances=None, prior_count=None, min_share: float = 0.01,
                       reg_covar: float = 1e-6, min_weight: float = 1e-4, state=None,
                       batch_size=None, max_iterations: int = 1, tol: float = 0.0,
-                      progress_bar: bool = False) -> OnlineStreamResult:
+                      progress_bar: bool = False, num_restarts: int = 1) -> OnlineStreamResult:
     """Passes of an online method (:mod:`inference.mixture.online`) over a batch source.
 
     The stream is the rows of ``source`` in their order (a stream cannot be
@@ -165,6 +170,16 @@ prior_count, min_share, reg_covar, min_weight
         ``tol`` relative to the pass before; 0 (the default) runs every pass.
     progress_bar : bool
         A tqdm bar over the passes (the engine's).
+    num_restarts : int
+        Starts, each with its own initial means drawn from a key split off ``rng_key``
+        (start i is the fit with ``rng_key=jax.random.split(rng_key, num_restarts)[i]``;
+        the default 1 uses ``rng_key`` itself). They run one after another, each over
+        its own passes of the source (so more than one needs a re-iterable source),
+        and the fit returned is the one with the highest mean prequential
+        log-likelihood over its last pass (the objective of the stopping test);
+        ``restart_objectives`` lists every start's. More than one needs ``rng_key``
+        and means drawn by ``init`` (not ``init_means`` or ``state``: the stream's
+        order is fixed, so such starts would all be the same fit).
 
     Returns
     -------
@@ -203,11 +218,23 @@ prior_count, min_share, reg_covar, min_weight
                ("method", method), ("num_examples", None), ("old_posterior", "zero"),
                ("schedule", schedule))
     max_iterations = check_positive_int(max_iterations, "max_iterations")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if num_restarts > 1:
+        if state is not None or init_means is not None:
+            raise ValueError(f"num_restarts={num_restarts} needs means drawn by init; "
+                             "state and init_means give one start (use num_restarts=1)")
+        if rng_key is None:
+            raise MissingKeyError(f"rng_key is required for num_restarts={num_restarts} "
+                                  "(it draws every start's means)")
     tol = check_nonnegative(tol, "tol")
     data = batches(source, batch_size)
     if not data.reusable and max_iterations > 1:
         raise ValueError(f"source is a one-shot iterator, but max_iterations={max_iterations} "
                          "passes read it again; pass an array, np.memmap, list of arrays or "
+                         "a callable that returns a fresh iterator")
+    if not data.reusable and num_restarts > 1:
+        raise ValueError(f"source is a one-shot iterator, but num_restarts={num_restarts} "
+                         "starts read it again; pass an array, np.memmap, list of arrays or "
                          "a callable that returns a fresh iterator")
     rows_iter = iter(data)
     first = next(rows_iter)  # the source raises ValueError when it is empty
@@ -215,17 +242,30 @@ prior_count, min_share, reg_covar, min_weight
              if np.issubdtype(first.dtype, np.floating) else jnp.result_type(float))
     dim = first.shape[1]
     if state is None:
-        state = _online_start(rng_key, np.asarray(first, dtype), k, init, init_means,
-                              init_covariances, covariance, prior_count)
+        keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+        starts = [_online_start(key, np.asarray(first, dtype), k, init, init_means,
+                                init_covariances, covariance, prior_count) for key in keys]
     elif state.means.shape != (k, dim):
         raise ValueError(f"state must have means of shape ({k}, {dim}); got "
                          f"{state.means.shape}")
+    else:
+        starts = [state]
     # Steps are per row: batches are padded to the first batch's rows (block=1).
     algorithm = OnlineAlgorithm(batch_step, name="fit_online_stream",
                                 options=(("options", options),))
-    fitted = run_online_passes(algorithm, state, data, numbers, max_iterations=max_iterations,
-                               tol=tol, dtype=dtype, progress_bar=progress_bar,
-                               first_pass=itertools.chain([first], rows_iter))
+    # The first start's first pass goes on from the batch already read; later starts
+    # read the source anew.
+    runs = [run_online_passes(algorithm, start, data, numbers, max_iterations=max_iterations,
+                              tol=tol, dtype=dtype, progress_bar=progress_bar,
+                              first_pass=itertools.chain([first], rows_iter) if index == 0
+                              else None)
+            for index, start in enumerate(starts)]
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        restart_objectives = jnp.stack([run.objective[-1] for run in runs])
+        finals = np.asarray(restart_objectives, np.float64)
+        best = int(np.argmax(np.where(np.isnan(finals), -np.inf, finals)))
+    fitted = runs[best]
     state = fitted.state
     if tol > 0:
         warn_not_converged("fit_online_stream", fitted.converged, max_iterations, f"tol={tol}")
@@ -250,7 +290,8 @@ prior_count, min_share, reg_covar, min_weight
         win_counts=counts, active=state.active, state=state,
         trace=OnlineStreamTrace(*fitted.trace), num_iterations=fitted.num_iterations,
         converged=fitted.converged, num_steps=steps, nonfinite=nonfinite, num_start=k,
-        method=method, criterion=criterion, schedule=schedule, covariance=covariance)
+        method=method, criterion=criterion, schedule=schedule, covariance=covariance,
+        restart_objectives=restart_objectives)
 
 
 def _online_start(rng_key, first, k, init, init_means, init_covariances, covariance,

@@ -68,6 +68,10 @@ class MixtureResult(NamedTuple):
         sank to the variance threshold (held up only by ``reg_covar``): a degenerate,
         unboundedly likely fit; ``prune=True`` discards those. Also, in any mode,
         components whose covariance has no Cholesky factor in the fit's float type.
+    restart_objectives : array (num_restarts,) or None
+        The final objective of every start of a streamed fit with ``num_restarts`` > 1
+        (:func:`inference.mixture.stream.fit_mixture_stream`; the result is the best of
+        them); None for one start and for the in-memory fit.
     """
 
     weights: jax.Array
@@ -86,6 +90,7 @@ class MixtureResult(NamedTuple):
     mode: str
     covariance: str
     collapsed: tuple = ()
+    restart_objectives: jax.Array | None = None
 
 
 register_renamed_fields(MixtureResult, {"objective_trace": "objective_trace",

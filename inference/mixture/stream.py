@@ -225,9 +225,9 @@ _eta_jit = jax.jit(_eta, static_argnames=("mode", "covariance"))
 
 
 @functools.cache
-def _keys():
-    """The engine's key of the one start (the fit draws nothing at random)."""
-    return jax.random.split(jax.random.key(0), 1)
+def _keys(num_restarts=1):
+    """The engine's keys of the starts (the fit draws nothing at random once started)."""
+    return jax.random.split(jax.random.key(0), num_restarts)
 
 
 def stream_algorithm(*, mode, covariance, block, prune) -> StatisticsAlgorithm:
@@ -312,7 +312,8 @@ def fit_mixture_stream(source, num_components: int, *, mode: str = "stochastic",
                        init_covariances=None, max_iterations: int = 200, tol: float = 1e-7,
                        reg_covar: float | None = None, min_count=None,
                        variance_threshold: float = 1e-6, weight_rule: str = "ml",
-                       batch_size=None, return_labels: bool = False) -> MixtureResult:
+                       batch_size=None, return_labels: bool = False, num_restarts: int = 1,
+                       progress_bar: bool = False) -> MixtureResult:
     """:func:`inference.mixture.em.fit_mixture` by passes over a source of row batches.
 
     The same algorithm, arguments and result (module docstring); the differences:
@@ -344,6 +345,18 @@ def fit_mixture_stream(source, num_components: int, *, mode: str = "stochastic",
         Rows per batch for an array source (:class:`BatchSource`).
     return_labels : bool
         Collect the label of every row (see above).
+    num_restarts : int
+        Starts run side by side, every pass reading each batch once for all of them;
+        the fit returned is the one with the lowest final objective (``trace.objective``'s
+        last entry: L_stocha for ``"stochastic"``), among those without a collapsed
+        component when ``prune=False`` (all of them if every start collapsed), as
+        :func:`inference.mixture.em.fit_mixture` chooses. The starts' keys are
+        ``fit_mixture``'s: ``rng_key`` itself first (so the default 1 is the single fit),
+        then keys split off ``jax.random.fold_in(rng_key, 1)``. More than one needs
+        means drawn by ``init`` (not ``init_means``). ``restart_objectives`` of the result
+        lists every start's final objective.
+    progress_bar : bool
+        A tqdm bar over the EM passes (the engine's).
     num_components, mode, covariance, prune, rng_key, init, init_means, init_weights, \
 init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold, weight_rule
         As :func:`inference.mixture.em.fit_mixture`.
@@ -368,6 +381,10 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
     check_options(mode, covariance, weight_rule, prune, init)
     k = check_positive_int(num_components, "num_components")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    if init_means is not None and num_restarts > 1:
+        raise ValueError(f"num_restarts={num_restarts} needs means drawn by init; "
+                         "init_means gives one start (use num_restarts=1)")
     if reg_covar is not None:
         check_nonnegative(reg_covar, "reg_covar")
     data = batches(source, batch_size)
@@ -390,14 +407,15 @@ init_covariances, max_iterations, tol, reg_covar, min_count, variance_threshold,
         return _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
                            prune, rng_key, init, init_means, init_weights, init_covariances,
                            max_iterations, tol, reg_covar, min_count, variance_threshold,
-                           weight_rule, return_labels)
+                           weight_rule, return_labels, num_restarts, progress_bar)
     finally:
         data.check_finite = True
 
 
 def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance, prune,
                 rng_key, init, init_means, init_weights, init_covariances, max_iterations, tol,
-                reg_covar, min_count, variance_threshold, weight_rule, return_labels):
+                reg_covar, min_count, variance_threshold, weight_rule, return_labels,
+                num_restarts=1, progress_bar=False):
     """:func:`fit_mixture_stream` after its first pass: the start, EM passes, criteria."""
     dim = mean.shape[0]
     if distinct < k:
@@ -420,9 +438,14 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
             and distinct_rows(np.asarray(first), k).shape[0] < k):
         raise ValueError(f"the first batch of source has fewer than num_components={k} "
                          "distinct rows to seed from; pass init_means or larger batches")
-    state, weight_offset = initial_state(jnp.asarray(np.asarray(first, dtype)), k, spread,
-                                          covariance, init, rng_key, init_means, init_weights,
-                                          init_covariances, weight_rule, reg=scale.reg)
+    from inference.mixture import em  # fit_mixture's starts and choice (em imports us)
+
+    seed_x = jnp.asarray(np.asarray(first, dtype))
+    starts = [initial_state(seed_x, k, spread, covariance, init, key, init_means, init_weights,
+                            init_covariances, weight_rule, reg=scale.reg)
+              for key in em._start_keys(rng_key, num_restarts)]
+    weight_offset = starts[0][1]
+    state = starts[0][0] if num_restarts == 1 else em._stack([start for start, _ in starts])
     kind = kind_of(covariance)
     block = block_rows(first.shape[0], feature_width(kind, dim))
     params = StreamParams(shift, *(jnp.asarray(value, dtype) for value in (
@@ -430,9 +453,14 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     states = initial_states(state, labels=1)
     fitted = run_passes(stream_algorithm(mode=mode, covariance=covariance, block=block,
                                          prune=prune),
-                        states, data, params, keys=_keys(), max_iterations=max_iterations,
-                        tol=tol, dtype=dtype, block=block)
-    final, trace, iterations, done = select(fitted, 0)
+                        states, data, params, keys=_keys(num_restarts),
+                        max_iterations=max_iterations, tol=tol, dtype=dtype, block=block,
+                        progress_bar=progress_bar)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        best = em._best_start(fitted.state, scale, mode=mode, prune=prune)
+        restart_objectives = fitted.state.objective
+    final, trace, iterations, done = select(fitted, best)
     done = bool(done)
     state = EMState(final.weights, final.means, final.covariances, final.active)
     passes = Pass(data, dtype, first.shape[0], block=block)
@@ -487,4 +515,5 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         trace=MixtureTrace(trace.objective, trace.num_components),
         num_iterations=iterations,
         converged=bool(done), num_start=k, mode=mode, covariance=covariance,
-        collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed))
+        collapsed=tuple(int(np.searchsorted(keep, c)) for c in collapsed),
+        restart_objectives=restart_objectives)

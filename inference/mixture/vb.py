@@ -168,6 +168,10 @@ class VBMixtureResult(NamedTuple):
     covariance : str
         ``"full"`` or ``"diag"`` (then W_j is diagonal and Q(tau_jd) = Gamma(nu_j / 2,
         rate 1 / (2 W_j,dd)) for the program's site "tau").
+    restart_objectives : array (num_restarts,) or None
+        The final bound L(Q) of every start when ``num_restarts`` > 1 (-inf for a start
+        whose pruning removed every component; the result is the start with the
+        highest); None for one start.
     """
 
     weights: jax.Array
@@ -189,6 +193,7 @@ class VBMixtureResult(NamedTuple):
     monotone: bool
     prior: VBPrior
     covariance: str
+    restart_objectives: jax.Array | None = None
 
 
 
@@ -208,7 +213,8 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
                    prune_threshold: float = 1e-5,
                    max_iterations: int = 500, tol: float = 1e-7, mean_prior_mean=None,
                    mean_prior_scale=None, dof_prior=None,
-                   covariance_prior=None, progress_bar: bool = False) -> VBMixtureResult:
+                   covariance_prior=None, progress_bar: bool = False,
+                   num_restarts: int = 1) -> VBMixtureResult:
     """Variational Bayes Gaussian mixture with type-II ML weights and pruning.
 
     Parameters
@@ -219,7 +225,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         Components at the start (generous: unneeded ones are pruned); at most
         ``num_examples``.
     rng_key : jax.random key
-        For the k-means++ start.
+        For the k-means++ start (of the first start; see ``num_restarts``).
     covariance : {"full", "diag"}
         ``"full"``: Wishart priors and posteriors on full precision matrices;
         ``"diag"``: independent Gamma(nu0 / 2, rate (W0^-1)_dd / 2) priors on the
@@ -239,6 +245,13 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         (``ppl_models.vb_mixture.prior_from_data``).
     progress_bar : bool
         A tqdm bar over the iterations (the engine's).
+    num_restarts : int
+        k-means++ starts run side by side (``vmap``) in one compiled loop; the fit
+        returned is the one with the highest final bound L(Q) among those whose pruning
+        left a component. One start (the default) is drawn from ``rng_key`` itself,
+        more from ``jax.random.split(rng_key, num_restarts)`` (start i is the fit with
+        ``rng_key`` that key, up to float rounding); ``restart_objectives`` lists every
+        start's bound.
 
     Returns
     -------
@@ -286,6 +299,7 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     check_rng_key(rng_key)
     prune_threshold = check_fraction(prune_threshold, "prune_threshold")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
     tol = check_tolerance(tol, "tol")
     prior = prior_from_data(x, mean_prior_mean=mean_prior_mean,
                             mean_prior_scale=mean_prior_scale, dof_prior=dof_prior,
@@ -293,17 +307,24 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
     prior = diagonal_prior(VBPrior(
         jnp.asarray(prior.mean, x.dtype), jnp.asarray(prior.mean_scale, x.dtype),
         jnp.asarray(prior.dof, x.dtype), jnp.asarray(prior.covariance, x.dtype)), covariance)
-    states = initial_states(rng_key, x, prior, max_components=max_components,
-                            covariance=covariance)
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    states = jax.tree.map(lambda *leaves: jnp.concatenate(leaves), *(
+        initial_states(key, x, prior, max_components=max_components, covariance=covariance)
+        for key in start_keys))
     fitted = run(Algorithm(vb_step, options=(("covariance", covariance),),
                            name="fit_vb_mixture"),
                  states, (x,), (prior, jnp.asarray(prune_threshold, x.dtype),
                                 jnp.asarray(tol, x.dtype) * num_examples),
-                 keys=jax.random.split(rng_key, 1), max_iterations=max_iterations,
+                 keys=jax.random.split(rng_key, num_restarts), max_iterations=max_iterations,
                  progress_bar=progress_bar)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:  # the highest bound; a start that pruned everything never wins
+        restart_objectives = jnp.where(fitted.state.all_pruned, -jnp.inf, fitted.state.bound)
+        finals = np.asarray(restart_objectives, np.float64)
+        best = int(np.argmax(np.where(np.isnan(finals), -np.inf, finals)))
     # The trace's used length and the surviving components depend on the data: they are
     # cut on the host (inference.engine.host), so that a repeated fit compiles nothing new.
-    state, trace, num_iterations, _ = select(fitted, 0)
+    state, trace, num_iterations, _ = select(fitted, best)
     if bool(state.all_pruned):
         raise ValueError(
             f"prune_threshold={prune_threshold} would prune every component (all weights "
@@ -347,4 +368,5 @@ def fit_vb_mixture(x, max_components: int, *, rng_key, covariance: str = "full",
         num_start=max_components, component_index=host.array(keep),
         bound=float(state.bound), trace=VBMixtureTrace(bounds, counts, pruned),
         num_iterations=num_iterations, converged=converged,
-        monotone=monotone, prior=prior, covariance=covariance)
+        monotone=monotone, prior=prior, covariance=covariance,
+        restart_objectives=restart_objectives)

@@ -108,6 +108,10 @@ class PPCASVIResult(NamedTuple):
     converged : bool
         The mean loss of the last tenth of the steps differs from that of the tenth
         before by at most ``tol`` (relative).
+    restart_objectives : array (num_restarts,) or None
+        The final loss per example (``trace.objective[-1]``) of every start when
+        ``num_restarts`` > 1 (the result is the start with the lowest); None for one
+        start.
     """
 
     weights: jax.Array
@@ -116,6 +120,7 @@ class PPCASVIResult(NamedTuple):
     trace: PPCASVITrace
     num_iterations: int
     converged: bool
+    restart_objectives: jax.Array | None = None
 
 
 register_renamed_fields(PPCASVIResult, {"loss_trace": "trace", "num_steps": "num_iterations"},
@@ -124,9 +129,12 @@ register_renamed_fields(PPCASVIResult, {"loss_trace": "trace", "num_steps": "num
 
 def _svi_make(data, params, start, *, num_steps):
     """The SVI of :func:`fit_ppca_svi` (:class:`inference.engine.svi.SVIFit`): ``params``
-    is ``(initial sites, learning_rate)`` (the start is in ``params``)."""
+    is ``(initial sites, learning_rate)`` (the start is in ``params``, or in ``start``
+    when the fit has several)."""
     (x,) = data
     init_values, learning_rate = params
+    if start is not None:
+        init_values = start
     model = partial(ppca.model, collapsed=True, sigma=None)
     guide = AutoDelta(model, init_loc_fn=init_to_value(values=init_values))
     schedule = optax.cosine_decay_schedule(learning_rate, num_steps, alpha=_FINAL_FRACTION)
@@ -141,7 +149,7 @@ def _svi_sites(problem, state, data, params):
 
 def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
                  learning_rate: float = 0.05, tol: float = 1e-3,
-                 progress_bar: bool = False) -> PPCASVIResult:
+                 progress_bar: bool = False, num_restarts: int = 1) -> PPCASVIResult:
     """MAP W, mu and sigma of the collapsed PPCA program by SVI (``AutoDelta``, Adam).
 
     Parameters
@@ -159,6 +167,14 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     tol : float
         Convergence test on the loss (see :class:`PPCASVIResult`).
     progress_bar : bool
+        tqdm bar over the steps, advanced from inside the jitted loop.
+    num_restarts : int
+        Starts (random initial W) run side by side (``vmap``) in the engine's one
+        compiled loop; the fit returned is the one with the lowest final loss
+        (``trace.objective[-1]``, non-finite ones skipped). One start (the default) is
+        drawn from ``rng_key`` itself, more from ``jax.random.split(rng_key,
+        num_restarts)`` (start i is the fit with ``rng_key`` that key, up to float
+        rounding); ``restart_objectives`` lists every start's final loss.
 
     Returns
     -------
@@ -187,14 +203,24 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     num_steps = check_positive_int(num_steps, "num_steps")
     check_positive(learning_rate, "learning_rate")
     check_positive(tol, "tol")
-    key_init, key_run = jax.random.split(rng_key)
-    start = _start(key_init, x, num_components)
+    num_restarts = check_positive_int(num_restarts, "num_restarts")
+    start_keys = [rng_key] if num_restarts == 1 else list(jax.random.split(rng_key, num_restarts))
+    key_pairs = [jax.random.split(key) for key in start_keys]
+    inits = [_start(key_init, x, num_components) for key_init, _ in key_pairs]
+    # One start: in params (as ever); several: stacked, one per start (``_svi_make``'s).
+    starts = None if num_restarts == 1 else jax.tree.map(lambda *v: jnp.stack(v), *inits)
     fit = SVIFit(_svi_make, "fit_ppca_svi", (("num_steps", num_steps),))
-    params = (start, jnp.asarray(learning_rate, x.dtype))
-    fitted = fit.run(key_run[None], (x,), params, num_steps=num_steps, progress_bar=progress_bar)
-    sites = jax.tree.map(lambda leaf: leaf[0], jax.block_until_ready(
+    params = (inits[0], jnp.asarray(learning_rate, x.dtype))
+    fitted = fit.run(jnp.stack([key_run for _, key_run in key_pairs]), (x,), params,
+                     num_steps=num_steps, starts=starts, progress_bar=progress_bar)
+    best, restart_objectives = 0, None
+    if num_restarts > 1:
+        restart_objectives = fitted.trace.objective[:, -1] / x.shape[0]
+        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
+                                        jnp.inf)))
+    sites = jax.tree.map(lambda leaf: leaf[best], jax.block_until_ready(
         fit.read(fitted.state, (x,), params, _svi_sites)))
-    losses = fitted.trace.objective[0]
+    losses = fitted.trace.objective[best]
     losses = losses / x.shape[0]
     tenth = max(1, num_steps // 10)
     before, last = (float(jnp.mean(losses[-2 * tenth:-tenth])), float(jnp.mean(losses[-tenth:])))
@@ -208,7 +234,7 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
                       f"(relative) over the last fifth of the {num_steps} steps; raise num_steps",
                       ConvergenceWarning, stacklevel=2)
     return PPCASVIResult(sites["W"], sites["mu"], float(sites["sigma"]), PPCASVITrace(losses),
-                         num_steps, converged)
+                         num_steps, converged, restart_objectives)
 
 
 @sampler_protocol
