@@ -186,7 +186,8 @@ def save_selection(result, output_dir, *, data, shape, seed, settings=None) -> d
 
 
 def plot_selection(result, path, *, title: str | None = None) -> None:
-    """One panel per criterion: its value per example against the candidate size.
+    """One panel per criterion: its value per example against the candidate size (the
+    YING-YANG criteria on their own scales, lower is better, as the axis says).
 
     Parameters
     ----------
@@ -197,6 +198,7 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
         The figure's title (default: the family's name).
     """
     from inference.app.selection_result import candidate_name
+    from inference.app.selection_scoring import YINGYANG
     from inference.engine.figures import new_figure, save_figure
 
     candidates = list(result.candidates)
@@ -237,7 +239,11 @@ def plot_selection(result, path, *, title: str | None = None) -> None:
                     transform=ax.transAxes)
         ax.set_title(criterion + (" (no choice)" if criterion in result.no_choice else ""))
         ax.set_xlabel(result.label)
-        ax.set_ylabel("nats per example")
+        if result.direction(criterion) == "min":  # a YING-YANG criterion, its own scale
+            ax.set_ylabel(f"{YINGYANG.get(criterion, criterion)} (lower is better)",
+                          fontsize="small")
+        else:
+            ax.set_ylabel("nats per example")
         if not numeric or len(candidates) <= 12:
             ax.set_xticks(xs)
             ax.set_xticklabels([candidate_name(c) for c in candidates],

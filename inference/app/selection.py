@@ -40,7 +40,20 @@ example, in nats, higher is better*, and each family lists the criteria it suppo
   (``evidence_max_size``);
 * ``"laplace"`` (PPCA) -- Minka's Laplace approximation of the evidence for the
   dimensionality of PCA (NIPS 2000), and ``"pca_mle"`` (PPCA) -- scikit-learn's
-  ``PCA(n_components="mle")``, which implements the same criterion.
+  ``PCA(n_components="mle")``, which implements the same criterion;
+* ``"J"``, ``"L_map"``, ``"L_stocha"``, ``"yy_bic"``, ``"yy_aic"``, ``"yy_loo"``
+  (mixture) -- the YING-YANG criteria of Xu (1995): J(k) of k-means (eq. 24), the
+  hard-cut free energy of hard-cut EM (eq. 20), minus EM's mean log-likelihood, and
+  on the same EM fits 2 N L_stocha + p log N, 2 N L_stocha + 2 p, and minus the
+  PSIS-LOO elpd of NUTS (total). *Each keeps its own scale and lower is better*
+  (``ModelSelectionResult.direction``); they are computed as
+  :mod:`inference.mixture.selection` describes (one fit per mode, candidate and
+  restart, ``rng_key`` split per candidate as there), and ``result.details`` keeps
+  each one's :class:`inference.mixture.selection.SelectionResult` with its fits. The
+  ``yy_`` prefix tells them from ``"bic"``, ``"aic"`` and ``"loo"`` above.
+  :func:`inference.mixture.selection.compare_criteria` and
+  :func:`~inference.mixture.selection.select_num_components` are wrappers of this
+  function that return those results.
 
 Choices. ``"train"``, ``"bic"``, ``"aic"``, ``"evidence"`` and ``"laplace"`` take the
 largest value, ``"cv"``, ``"loo"`` and ``"waic"`` the smallest candidate within one
@@ -48,12 +61,17 @@ standard error of the best (the SE of the per-example paired difference, as arvi
 ``dse``; the one-SE rule), ``"vb"`` the smallest candidate containing what survives
 in the best-bound run; ties within ``TIE_TOLERANCE`` go to the smallest candidate
 (by K, then J), since a larger model whose extra VQ, state or component stays unused
-scores the same.
+scores the same. The YING-YANG criteria take the least value (the first of equal
+ones), as Xu (1995) and ``compare_criteria`` do, without the candidates whose every
+restart collapsed a component (``excluded``).
 
 References
 ----------
 D. A. Ross and R. S. Zemel, "Multiple cause vector quantization" (presentation slides),
 University of Toronto, 2002: VB MCVQ and model selection.
+L. Xu, "YING-YANG machine: a Bayesian-Kullback scheme for unified learnings and new
+results on vector quantization", Proceedings of the International Conference on Neural
+Information Processing (ICONIP'95), 1995.
 Corduneanu, A. and Bishop, C. M. (2001), "Variational Bayesian model selection for
 mixture distributions", AISTATS. Schwarz, G. (1978), "Estimating the dimension of a
 model", Annals of Statistics 6. Akaike, H. (1974), "A new look at the statistical
@@ -85,6 +103,8 @@ from inference.app.selection_scoring import (
     EVIDENCE_OPTIONS,
     KEYED,
     LOO_MAX_SIZE,
+    LOWER_IS_BETTER,
+    YINGYANG_FITS,
     Progress,
     Scores,
     score_candidates,
@@ -144,7 +164,9 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
     """Score a family's candidate sizes, or the user's programs, by VB, CV, BIC, AIC, LOO,
     WAIC and the evidence.
 
-    Three forms, one entry point:
+    The one entry point of model selection (the mixture's ``compare_criteria`` and
+    ``select_num_components`` are wrappers of it, for its YING-YANG criteria). Three
+    forms:
 
     * ``model_selection(x, [2, 3, 4], model="mixture")`` -- a family's sizes;
     * ``model_selection(x, [program_a, program_b])`` -- the user's NumPyro programs,
@@ -173,6 +195,8 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
     criteria : sequence of str, optional
         Among the family's criteria (module docstring); default the family's
         ``default_criteria`` (MCVQ, mixture: ``"vb", "cv", "train", "bic", "loo"``).
+        The mixture also takes the YING-YANG criteria ``"J"``, ``"L_map"``,
+        ``"L_stocha"``, ``"yy_bic"``, ``"yy_aic"``, ``"yy_loo"`` (lower is better).
         For programs: among ``"cv", "train", "bic", "aic", "loo", "waic",
         "evidence"``; default :data:`PROGRAM_DEFAULT_CRITERIA` (``"cv", "bic",
         "aic"``) and, when every candidate has priors (sample sites),
@@ -195,7 +219,7 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
         ``"loo"`` and ``"waic"`` run only where the family's size measure (N D J^K
         for MCVQ, N k d for the mixture) is at most this.
     num_warmup, num_samples : int
-        NUTS iterations for ``"loo"`` and ``"waic"`` (one chain).
+        NUTS iterations for ``"loo"`` and ``"waic"`` (one chain), and ``"yy_loo"``.
     evidence_options : dict, optional
         Passed to :func:`inference.program.evidence.log_evidence` (default
         ``EVIDENCE_OPTIONS``: 1000 particles, 4 repeats).
@@ -206,7 +230,9 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
     vb_options : dict, optional
         Passed to ``fit_vb_mcvq`` / ``fit_vb_mixture``.
     options : dict, optional
-        Further options of the family's scorer (its ``Selection.options``).
+        Further options of the family's scorer (its ``Selection.options``; the
+        mixture's ``"loo_options"``: keyword arguments of
+        :func:`inference.mixture.baselines.mixture_loo` for ``"yy_loo"``).
     model_args, model_kwargs : tuple, dict
         Programs only: further arguments of every program (not split into folds: only
         x is; per-example inputs belong in x).
@@ -311,10 +337,12 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
     # The first five criteria's keys are those of earlier versions (same key, same result).
     keys = dict(zip(KEYED, jax.random.split(rng_key, len(KEYED)), strict=True))
     keys["evidence"] = jax.random.fold_in(rng_key, len(KEYED))
+    keys["yingyang"] = rng_key  # as compare_criteria splits it (same key, same result)
     n_cand = len(candidates)
     units = sum({"vb": n_cand, "cv": n_cand * num_folds, "loo": n_cand, "evidence": n_cand,
                  "laplace": n_cand}.get(c, 0) for c in criteria)
     units += n_cand if {"train", "bic", "aic"} & set(criteria) else 0
+    units += n_cand * len({YINGYANG_FITS[c] for c in criteria if c in LOWER_IS_BETTER})
     units += over_complete is not None
     bar = Progress(progress_bar, units)
     out = Scores(candidates)
@@ -337,4 +365,5 @@ def model_selection(x, candidates=None, *, model=None, criteria=None,
     values = {c: out.values[c] for c in CRITERIA if c in out.values}
     return ModelSelectionResult(model, candidates, values, out.choice, out.errors,
                                 out.vb_sizes, oc, out.arviz_compare, out.skipped, tuple(notes),
-                                out.seconds, spec.label, out.excluded, out.no_choice)
+                                out.seconds, spec.label, out.excluded, out.no_choice,
+                                out.details)

@@ -56,10 +56,19 @@ def _plain(value):
     return value
 
 
+def _lower_is_better() -> frozenset:
+    from inference.app.selection_scoring import LOWER_IS_BETTER
+
+    return LOWER_IS_BETTER
+
+
 class ModelSelectionResult(NamedTuple):
     """Result of :func:`inference.model_selection`.
 
-    Every value is a log-scale quantity per example (nats), *higher is better*.
+    Every value is a log-scale quantity per example (nats), *higher is better*, but for
+    the mixture's YING-YANG criteria (``"J"``, ``"L_map"``, ``"L_stocha"``, ``"yy_bic"``,
+    ``"yy_aic"``, ``"yy_loo"``), which keep their own scales and are *lower is better*
+    (:meth:`direction`).
 
     Attributes
     ----------
@@ -104,6 +113,13 @@ class ModelSelectionResult(NamedTuple):
     no_choice : dict
         criterion -> why it made no choice (``choice[criterion]`` is None): every
         candidate excluded, or its decision within its own standard error.
+    details : dict
+        criterion -> the family's own result of a criterion it scores with its own
+        routine: for the mixture's YING-YANG criteria, the
+        :class:`inference.mixture.selection.SelectionResult` that
+        :func:`inference.mixture.selection.compare_criteria` returns (the best fit of
+        every candidate, the degenerate candidates, for ``"yy_loo"`` arviz.compare's
+        columns). Empty for the other criteria.
     """
 
     model: str
@@ -120,6 +136,13 @@ class ModelSelectionResult(NamedTuple):
     label: str = "size"
     excluded: dict = {}
     no_choice: dict = {}
+    details: dict = {}
+
+    @staticmethod
+    def direction(criterion: str) -> str:
+        """``"max"`` where the criterion's largest value is best, ``"min"`` where its least
+        is (the YING-YANG criteria)."""
+        return "min" if criterion in _lower_is_better() else "max"
 
     @property
     def compare_table(self):
@@ -128,9 +151,11 @@ class ModelSelectionResult(NamedTuple):
         return self.arviz_compare
 
     def table(self) -> str:
-        """Candidates as rows, criteria as columns (nats per example, higher is better);
-        ``*`` marks each column's choice, ``x`` a value excluded from the choice (the
-        reasons are listed below the table), (SE) follows CV, LOO, WAIC and evidence."""
+        """Candidates as rows, criteria as columns (nats per example, higher is better;
+        the YING-YANG criteria on their own scales, lower is better, as a line below the
+        table says); ``*`` marks each column's choice, ``x`` a value excluded from the
+        choice (the reasons are listed below the table), (SE) follows CV, LOO, WAIC and
+        evidence."""
         criteria = list(self.values)
         width = max([len(self.label)] + [len(candidate_name(c)) for c in self.candidates]) + 2
         cells = {c: 20 if c in self.standard_errors else 12 for c in criteria}
@@ -153,10 +178,15 @@ class ModelSelectionResult(NamedTuple):
             if show_sizes:
                 row += f"  {_size_text(self.vb_sizes[i])}"
             lines.append(row.rstrip())
-        lines.append("values: nats per example, higher is better; * = choice (cv, loo, waic: "
+        lower = [c for c in criteria if self.direction(c) == "min"]
+        lines.append(("values" if not lower else f"values but {', '.join(lower)}")
+                     + ": nats per example, higher is better; * = choice (cv, loo, waic: "
                      "smallest within one paired SE of the best)"
                      + ("; x = excluded from the choice" if any(self.excluded.values())
                         else ""))
+        if lower:
+            lines.append(f"lower is better: {', '.join(lower)} (the YING-YANG criteria, on "
+                         "their own scales; * = the least value)")
         for c in criteria:
             if c in self.no_choice:
                 lines.append(f"no choice by {c}: {self.no_choice[c]}")
@@ -193,8 +223,10 @@ class ModelSelectionResult(NamedTuple):
     def to_dict(self) -> dict:
         """Everything but the fits, JSON-ready (NaN -> None): family, label, candidates,
         per criterion its values, standard errors, choice, seconds, ``excluded``
-        (candidate name -> reason) and ``no_choice`` (the reason, or None); the
-        over-complete run, skipped criteria and notes."""
+        (candidate name -> reason) and ``no_choice`` (the reason, or None), and for a
+        criterion whose least value is best ``"direction": "min"`` (the YING-YANG
+        criteria; every other one is "higher is better"); the over-complete run, skipped
+        criteria and notes."""
         criteria = {}
         for c in dict.fromkeys(list(self.values) + [k for k in self.choice
                                                     if k != "vb (pruned)"]):
@@ -204,6 +236,8 @@ class ModelSelectionResult(NamedTuple):
                            "seconds": _plain(self.seconds.get(c)),
                            "excluded": dict(self.excluded.get(c, {})),
                            "no_choice": self.no_choice.get(c)}
+            if self.direction(c) == "min":
+                criteria[c]["direction"] = "min"
         out = {"family": self.model, "label": self.label,
                "candidates": _plain(self.candidates), "criteria": criteria,
                "skipped": dict(self.skipped), "notes": list(self.notes)}

@@ -29,13 +29,24 @@ from inference.app.selection_checks import chains_reason, evidence_gap_reason, p
 from inference.app.selection_result import candidate_name
 from inference.app.selection_rules import argmax, folds, one_se_choice
 
-__all__ = ["CRITERIA", "LOO_MAX_SIZE", "EVIDENCE_MAX_SIZE", "EVIDENCE_OPTIONS", "KEYED",
-           "Progress", "Scores", "choose", "note_excluded_above", "score_candidates",
-           "loo_and_waic", "evidence_criterion"]
+__all__ = ["CRITERIA", "YINGYANG", "YINGYANG_FITS", "LOWER_IS_BETTER", "LOO_MAX_SIZE",
+           "EVIDENCE_MAX_SIZE", "EVIDENCE_OPTIONS", "KEYED", "Progress", "Scores", "choose",
+           "direction", "note_excluded_above", "score_candidates", "loo_and_waic",
+           "evidence_criterion", "yingyang_criteria"]
 
+#: The YING-YANG criteria (Xu 1995; the mixture's ``compare_criteria``), each on its own
+#: scale, lower is better: criterion -> what its value is (a figure's axis label).
+YINGYANG = {"J": "J(k) = log k + (d/2) log E_MSE", "L_map": "hard-cut free energy per example",
+            "L_stocha": "minus mean log-likelihood", "yy_bic": "-2 log L + p log N",
+            "yy_aic": "-2 log L + 2 p", "yy_loo": "minus PSIS-LOO elpd (nats)"}
+#: The fit behind each YING-YANG criterion (the criteria of one fit share its runs).
+YINGYANG_FITS = {"J": "k-means", "L_map": "hard-cut EM", "L_stocha": "EM", "yy_bic": "EM",
+                 "yy_aic": "EM", "yy_loo": "NUTS"}
+#: The criteria whose least value is best (every other one: the largest).
+LOWER_IS_BETTER = frozenset(YINGYANG)
 #: Every criterion, in table order (each family supports a subset).
 CRITERIA = ("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence", "laplace",
-            "pca_mle")
+            "pca_mle", *YINGYANG)
 #: Default largest N D J^K (MCVQ) or N k d (mixture) for "loo" / "waic": one log-density
 #: evaluation of NUTS then holds at most this many numbers (2 MiB in float32),
 #: which keeps a chain of ~1000 iterations within minutes on 2 CPU cores.
@@ -48,6 +59,12 @@ EVIDENCE_OPTIONS = {"num_particles": 1000, "num_repeats": 4}
 #: The criteria (and the over-complete run) that draw keys split from rng_key, in order.
 KEYED = ("vb", "cv", "train", "bic", "loo", "over")
 
+
+
+def direction(criterion: str) -> str:
+    """``"min"`` where a criterion's least value is best (:data:`LOWER_IS_BETTER`), else
+    ``"max"`` (the vocabulary of ``inference.engine.protocol``)."""
+    return "min" if criterion in LOWER_IS_BETTER else "max"
 
 
 class Progress:
@@ -79,6 +96,7 @@ class Scores:
         self.excluded, self.no_choice = {}, {}
         self.vb_sizes = (None,) * len(candidates)
         self.arviz_compare = None
+        self.details = {}
 
 
 def choose(out, criterion, candidates, scores, reasons, order, *, pointwise=False,
@@ -212,6 +230,32 @@ def score_candidates(out, scorer, spec, candidates, criteria, keys, bar, num, nu
         out.values["pca_mle"] = tuple(float(v) for v in values)
         out.choice["pca_mle"] = chosen
         out.seconds["pca_mle"] = clock() - t0
+    if LOWER_IS_BETTER & set(criteria):
+        yingyang_criteria(out, scorer, candidates, [c for c in criteria if c in YINGYANG],
+                          keys["yingyang"], bar, nuts)
+
+
+def yingyang_criteria(out, scorer, candidates, criteria, key, bar, nuts):
+    """The YING-YANG criteria from the family's own routine (:meth:`Scorer.yingyang`):
+    its values (lower is better), its choice (the least value, degenerate candidates
+    left out) and its result per criterion in ``out.details``."""
+    t0 = time.perf_counter()
+    results = scorer.yingyang(candidates, criteria, key, nuts, bar.step)
+    seconds = time.perf_counter() - t0
+    for c in criteria:
+        result = results[c]
+        out.values[c] = tuple(result.values)
+        out.details[c] = result
+        out.seconds[c] = seconds
+        if result.degenerate:
+            out.excluded[c] = {candidate_name(k): "collapsed: every restart collapsed a "
+                               "component" for k in result.degenerate}
+        if len(result.degenerate) == len(candidates):
+            out.no_choice[c] = ("every candidate's value is excluded (degenerate or "
+                                "unreliable; see excluded)")
+            out.choice[c] = None
+        else:
+            out.choice[c] = result.choice
 
 
 def loo_and_waic(out, scorer, candidates, criteria, key, bar, num, loo_max_size, nuts,

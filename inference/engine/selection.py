@@ -18,6 +18,11 @@ evidence   :meth:`Scorer.evidence_program`: the Bayesian program whose log margi
            likelihood adaptive tempered SMC estimates (``inference.program.evidence``)
 laplace    :meth:`Scorer.laplace`: a closed-form approximation of the log evidence
 pca_mle    :meth:`Scorer.pca_mle`: scikit-learn's ``PCA(n_components="mle")`` choice
+J, L_map,  :meth:`Scorer.yingyang`: the YING-YANG criteria (mixture), each on its own
+L_stocha,  scale, *lower* is better, with the fits, choice and degenerate candidates of
+yy_bic,    the family's own routine
+yy_aic,
+yy_loo
 ========== ============================================================================
 
 A family registers its scorer in its plug-in (``ppl_models.registry.Selection``);
@@ -177,6 +182,13 @@ class Scorer:
     def pca_mle(self, candidates):
         """(values per example or NaN per candidate, the chosen candidate) of
         scikit-learn's ``PCA(n_components="mle")``."""
+        raise NotImplementedError
+
+    def yingyang(self, candidates, criteria, rng_key, nuts, step) -> dict:
+        """criterion -> :class:`inference.mixture.selection.SelectionResult` of the
+        YING-YANG criteria ``criteria`` (lower is better; ``degenerate`` lists the
+        candidates excluded from the choice), fitted from ``rng_key`` itself; ``nuts`` is
+        (num_warmup, num_samples, progress_bar), ``step`` a progress callback."""
         raise NotImplementedError
 
     def notes(self, scored: bool) -> list[str]:

@@ -17,7 +17,12 @@ from inference.mixture.compare import compare_mixture
 from inference.mixture.em import MixtureResult, fit_mixture
 from inference.mixture.online import OnlineResult, fit_online
 from inference.mixture.online_stream import OnlineStreamResult, fit_online_stream
-from inference.mixture.scorer import MixtureScorer, check_candidates, contains
+from inference.mixture.scorer import (
+    YINGYANG_CRITERIA,
+    MixtureScorer,
+    check_candidates,
+    contains,
+)
 from inference.mixture.selection import SelectionResult, compare_criteria, select_num_components
 from inference.mixture.stream import fit_mixture_stream
 from inference.mixture.vb import VBMixtureResult, fit_vb_mixture
@@ -42,8 +47,9 @@ FAMILY = register_family(Family(
     experiments=experiments.EXPERIMENTS,
     selection=Selection(
         label="k", size="number of components",
-        criteria=("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence"),
+        criteria=("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence",
+                  *YINGYANG_CRITERIA),
         default_criteria=("vb", "cv", "train", "bic", "loo"),
         scorer=MixtureScorer, candidates=check_candidates, contains=contains,
-        options=("covariance", "prior_scale")),
+        options=("covariance", "prior_scale", "loo_options")),
 ))

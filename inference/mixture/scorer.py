@@ -1,8 +1,18 @@
-"""Scoring mixture candidates for model selection: EM, VB, held-out likelihood, LOO.
+"""Scoring mixture candidates for model selection: EM, VB, held-out likelihood, LOO,
+and the YING-YANG criteria.
 
 Used by :func:`inference.model_selection` (``model="mixture"``), which chooses the
 number of components k by the VB bound, cross-validated and training likelihood,
 BIC and PSIS-LOO; this module says how each is computed for a mixture.
+
+It also computes the YING-YANG criteria of Xu (1995) (:func:`yingyang_selection`,
+model_selection's criteria ``"J"``, ``"L_map"``, ``"L_stocha"``, ``"yy_bic"``,
+``"yy_aic"``, ``"yy_loo"``; module :mod:`inference.mixture.selection` says what each
+is): one fit per mode, candidate k and restart, every requested criterion scored from
+the same fits, each on its own scale with lower better.
+:func:`inference.mixture.selection.compare_criteria` and
+:func:`~inference.mixture.selection.select_num_components` are wrappers of
+:func:`inference.model_selection` that return these results.
 
 References
 ----------
@@ -24,13 +34,16 @@ from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, 
 from inference.mixture.criteria import criteria as mixture_criteria
 from inference.mixture.em import fit_mixture
 from inference.mixture.features import component_log_joint
+from inference.mixture.selection import CRITERIA as YINGYANG_MODES
+from inference.mixture.selection import MODEL_SELECTION_NAMES, SelectionResult
 from inference.mixture.selection import num_parameters as mixture_num_parameters
 from inference.mixture.vb import fit_vb_mixture
 from ppl_models import mixture
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import check_data, check_positive_int
 
-__all__ = ["MixtureScorer", "check_candidates", "contains"]
+__all__ = ["MixtureScorer", "YINGYANG_CRITERIA", "check_candidates", "contains",
+           "yingyang_selection"]
 
 #: Candidates when none are given: k = 1 .. 6 (at most N).
 DEFAULT_MAX_COMPONENTS = 6
@@ -49,6 +62,138 @@ def check_candidates(candidates, num, dim):
 def contains(candidates, size):
     """The smallest candidate k at least the surviving number of components."""
     return min((c for c in candidates if c >= size), default=None)
+
+
+#: The YING-YANG criteria as :func:`inference.model_selection` names them -> their names
+#: in :func:`inference.mixture.selection.compare_criteria` (and
+#: :data:`inference.mixture.selection.CRITERIA`). BIC, AIC and PSIS-LOO on the YING-YANG
+#: fits take a ``yy_`` prefix: model_selection's ``"bic"``, ``"aic"`` and ``"loo"`` are
+#: other numbers (per example, higher is better, their own fits and keys).
+YINGYANG_CRITERIA = {name: c for c, name in MODEL_SELECTION_NAMES.items()}
+
+
+def _value(criterion, fit, num, dim):
+    """The criterion of one fit (lower is better)."""
+    if criterion in ("J", "L_map", "L_stocha"):
+        return getattr(fit, criterion)
+    cov_type = "spherical" if fit.mode == "nearest" else fit.covariance
+    penalty = mixture_num_parameters(fit.num_components, dim, cov_type)
+    penalty *= math.log(num) if criterion == "bic" else 2.0
+    return 2 * num * fit.L_stocha + penalty
+
+
+def yingyang_selection(x, candidates, criteria, *, covariance, rng_key, num_restarts,
+                       loo_options=None, fit_options=None, names=None, step=None) -> dict:
+    """The YING-YANG criteria of the candidates k, sharing the fits of each mode.
+
+    The computation behind :func:`inference.model_selection`'s YING-YANG criteria (and so
+    behind :func:`inference.mixture.selection.compare_criteria`): ``rng_key`` is split
+    into one key per candidate, each split into ``num_restarts`` keys that serve every
+    mode (``"loo"``: the candidate's key itself); each restart is one
+    :func:`inference.mixture.em.fit_mixture` call without pruning, and per criterion the
+    best non-collapsed restart counts. A candidate whose every restart collapsed gets the
+    value ``inf``, is listed in ``degenerate`` and warned about.
+
+    Parameters
+    ----------
+    x : array (N, d)
+        Checked data.
+    candidates : tuple of int
+        Checked candidates (distinct, at most N).
+    criteria : sequence of str
+        Keys of :data:`inference.mixture.selection.CRITERIA` (``"J"``, ``"L_map"``,
+        ``"L_stocha"``, ``"bic"``, ``"aic"``, ``"loo"``).
+    covariance : {"full", "diag", "spherical"}
+    rng_key : jax.random key
+    num_restarts : int
+    loo_options : dict, optional
+        Keyword arguments of :func:`inference.mixture.baselines.mixture_loo`.
+    fit_options : dict, optional
+        Keyword arguments of :func:`inference.mixture.em.fit_mixture`.
+    names : dict, optional
+        criterion -> the name the warnings give it (default: the criterion).
+    step : callable, optional
+        Called with a short text after every candidate of every mode (a progress bar).
+
+    Returns
+    -------
+    dict
+        ``{criterion: SelectionResult}`` in the order of ``criteria``; ``choice`` is the
+        candidate of least value (the first of equal ones), None where every candidate is
+        degenerate.
+
+    Warns
+    -----
+    NumericalWarning
+        A candidate whose every restart collapsed (excluded from the choice).
+    """
+    fit_options = dict(fit_options or {})
+    names = dict(names or {})
+    num, dim = x.shape
+    keys = jax.random.split(rng_key, len(candidates))
+    results = {}
+    for mode in dict.fromkeys(YINGYANG_MODES[c] for c in criteria):
+        group = [c for c in criteria if YINGYANG_MODES[c] == mode]
+        if mode == "mcmc":
+            results["loo"] = _loo(x, candidates, keys, covariance, loo_options or {}, step)
+            continue
+        best = {c: [(math.inf, None)] * len(candidates) for c in group}
+        for index, (k, key) in enumerate(zip(candidates, keys, strict=True)):
+            for restart_key in jax.random.split(key, num_restarts):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    # one start per call: the restarts are this loop's
+                    fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
+                                      rng_key=restart_key, **{"num_restarts": 1, **fit_options})
+                if fit.collapsed:
+                    continue
+                for c in group:
+                    value = _value(c, fit, num, dim)
+                    if value < best[c][index][0]:
+                        best[c][index] = (value, fit)
+            if step is not None:
+                step(f"{mode} k={k}")
+        for c in group:
+            values = tuple(float(v) for v, _ in best[c])
+            degenerate = tuple(k for k, (_, fit) in zip(candidates, best[c], strict=True)
+                               if fit is None)
+            if degenerate:
+                warnings.warn(f"model_selection: for k in {list(degenerate)} every restart of "
+                              f"mode {mode!r} collapsed a component; excluded from "
+                              f"{names.get(c, c)!r}", NumericalWarning, stacklevel=5)
+            choice = (None if len(degenerate) == len(candidates)
+                      else candidates[int(np.argmin(values))])
+            results[c] = SelectionResult(c, candidates, values, choice,
+                                         tuple(fit for _, fit in best[c]), degenerate)
+    return {c: results[c] for c in criteria}
+
+
+def _loo(x, candidates, keys, covariance, options, step=None):
+    """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
+    import arviz as az
+
+    from inference.mixture.baselines import mixture_loo
+
+    values, fits, loos = [], [], {}
+    for k, key in zip(candidates, keys, strict=True):
+        loo = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)  # arviz ELPDData
+        elpd, se, pareto_k = float(loo.elpd_loo), float(loo.se), float(np.max(loo.pareto_k))
+        values.append(-elpd)
+        fits.append((elpd, se, pareto_k))
+        loos[f"k={k}"] = loo
+        if step is not None:
+            step(f"nuts k={k}")
+    choice = candidates[int(np.argmin(values))]
+    table = None
+    if len(loos) > 1:
+        frame = az.compare(loos, ic="loo").loc[list(loos)]
+        table = {name: np.asarray(frame[name], dtype=np.float64) for name in _COMPARE_COLUMNS}
+    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits),
+                           arviz_compare=table)
+
+
+#: The numeric columns of ``arviz.compare`` kept by a ``"loo"`` selection.
+_COMPARE_COLUMNS = ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")
 
 
 class MixtureScorer(Scorer):
@@ -71,18 +216,27 @@ class MixtureScorer(Scorer):
         The program's prior scale for the reference evidence (default
         ``ppl_models.mixture.model``'s, 10): the evidence depends on it, so data on
         another scale should be standardised or this set to match.
+    loo_options : dict, optional
+        Keyword arguments of :func:`inference.mixture.baselines.mixture_loo` for the
+        criterion ``"yy_loo"``, over model_selection's ``num_warmup``, ``num_samples`` and
+        ``progress_bar``.
     """
 
     def __init__(self, x, *, num_restarts=3, fit_options=None, vb_options=None,
-                 covariance=None, prior_scale=None):
+                 covariance=None, prior_scale=None, loo_options=None):
         covariance = "full" if covariance is None else covariance
         if covariance not in mixture.COVARIANCES:
             raise ValueError(f"covariance must be one of {mixture.COVARIANCES}; got "
                              f"{covariance!r}")
+        if loo_options is not None and not isinstance(loo_options, dict):
+            raise TypeError(f"loo_options must be a dict of mixture_loo's keyword arguments; "
+                            f"got {loo_options!r}")
         super().__init__(check_data(x, "x"), num_restarts=num_restarts,
                          fit_options=fit_options, vb_options=vb_options)
         self.covariance = covariance
         self.prior_scale = prior_scale
+        self.loo_options = loo_options
+        self.yingyang_criteria = ()
         self.cache = {}
         self.unconverged_em = self.unconverged_vb = self.fits_em = self.fits_vb = 0
         self.collapsed = []
@@ -177,9 +331,31 @@ class MixtureScorer(Scorer):
             kwargs["prior_scale"] = self.prior_scale
         return mixture.model, (self.x,), kwargs
 
+    def yingyang(self, candidates, criteria, rng_key, nuts, step):
+        """The YING-YANG criteria (:data:`YINGYANG_CRITERIA`' keys) of the candidates by
+        :func:`yingyang_selection`, from ``rng_key`` itself; ``nuts`` is model_selection's
+        (num_warmup, num_samples, progress_bar), used by ``"yy_loo"`` under
+        ``loo_options``."""
+        num_warmup, num_samples, progress_bar = nuts
+        loo_options = {"num_warmup": num_warmup, "num_samples": num_samples,
+                       "progress_bar": progress_bar, **(self.loo_options or {})}
+        self.yingyang_criteria = tuple(criteria)
+        inner = [YINGYANG_CRITERIA[c] for c in criteria]
+        names = {YINGYANG_CRITERIA[c]: c for c in criteria}
+        results = yingyang_selection(self.x, candidates, inner, covariance=self.covariance,
+                                     rng_key=rng_key, num_restarts=self.num_restarts,
+                                     loo_options=loo_options, fit_options=self.fit_options,
+                                     names=names, step=step)
+        return {c: results[YINGYANG_CRITERIA[c]]._replace(criterion=c) for c in criteria}
+
     def notes(self, scored):
         out = ["cv/train/bic: exact mixture log-likelihood (y summed out) of EM fits "
                "(prune=False)"] if scored else []
+        if self.yingyang_criteria:
+            out.append(f"{', '.join(self.yingyang_criteria)}: the YING-YANG criteria as "
+                       "compare_criteria computes them (lower is better; one fit_mixture per "
+                       "mode, k and restart, prune=False, keys split from rng_key per k; the "
+                       "choice is the least value)")
         if self.collapsed:
             out.append(f"every restart collapsed for k in {sorted(set(self.collapsed))}")
         if self.unconverged_em:

@@ -18,13 +18,20 @@ predictive density that arviz computes from NUTS draws of the program with y
 summed out (``inference.mixture.baselines.mixture_loo``; small data only).
 Every value is "lower is better".
 
-:func:`compare_criteria` fits each mode once per candidate k and restart and
-scores all requested criteria from the same fits; :func:`select_num_components`
-is the one-criterion form. Fits run without pruning (the candidate k is the
-point), and a fit in which a component collapsed onto a point or a subspace
-(likelihood unbounded, held up only by ``reg_covar``) is skipped when choosing
-the best restart; a candidate whose every restart collapsed is excluded from
-the choice, reported in ``degenerate`` and warned about.
+:func:`inference.model_selection` is the one entry point of model selection, and
+these are among its mixture criteria (``model="mixture"``, ``criteria=("J", "L_map",
+"L_stocha", "yy_bic", "yy_aic", "yy_loo")``: BIC, AIC and PSIS-LOO on these fits take
+the prefix ``yy_``, since model_selection's ``"bic"``, ``"aic"`` and ``"loo"`` are per
+example, higher is better, from fits of their own). :func:`compare_criteria` and
+:func:`select_num_components` are thin wrappers of it that keep this module's result,
+:class:`SelectionResult`, one per criterion. The computation
+(:func:`inference.mixture.scorer.yingyang_selection`) fits each mode once per
+candidate k and restart and scores all requested criteria from the same fits. Fits run
+without pruning (the candidate k is the point), and a fit in which a component
+collapsed onto a point or a subspace (likelihood unbounded, held up only by
+``reg_covar``) is skipped when choosing the best restart; a candidate whose every
+restart collapsed is excluded from the choice, reported in ``degenerate`` and warned
+about.
 
 References
 ----------
@@ -36,20 +43,17 @@ Schwarz (1978) for BIC, Akaike (1974) for AIC, Vehtari, Gelman and Gabry (2017) 
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import NamedTuple
 
-import jax
 import numpy as np
 
-from inference.mixture.em import fit_mixture
 from ppl_models import mixture
-from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
+from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
 
-__all__ = ["SelectionResult", "CRITERIA", "num_parameters", "compare_criteria",
-           "select_num_components"]
+__all__ = ["SelectionResult", "CRITERIA", "MODEL_SELECTION_NAMES", "num_parameters",
+           "compare_criteria", "select_num_components"]
 
 #: The fit every criterion scores: a mode of :func:`inference.mixture.em.fit_mixture`,
 #: or ``"mcmc"`` (NUTS on the program, for ``"loo"``).
@@ -122,16 +126,6 @@ def num_parameters(num_components: int, dim: int, covariance: str) -> int:
     return (num_components - 1) + num_components * (dim + per_component)
 
 
-def _value(criterion, fit, num, dim):
-    """The criterion of one fit (lower is better)."""
-    if criterion in ("J", "L_map", "L_stocha"):
-        return getattr(fit, criterion)
-    cov_type = "spherical" if fit.mode == "nearest" else fit.covariance
-    penalty = num_parameters(fit.num_components, dim, cov_type)
-    penalty *= math.log(num) if criterion == "bic" else 2.0
-    return 2 * num * fit.L_stocha + penalty
-
-
 def _check_candidates(candidates):
     try:
         candidates = tuple(candidates)
@@ -146,10 +140,25 @@ def _check_candidates(candidates):
     return candidates
 
 
+#: compare_criteria's criterion -> its name in :func:`inference.model_selection` (whose
+#: "bic", "aic" and "loo" are other numbers: per example, higher is better).
+MODEL_SELECTION_NAMES = {"J": "J", "L_map": "L_map", "L_stocha": "L_stocha", "bic": "yy_bic",
+                         "aic": "yy_aic", "loo": "yy_loo"}
+
+
 def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic", "aic"),
                      covariance: str = "full", rng_key, num_restarts: int = 3,
                      loo_options=None, **fit_kwargs) -> dict:
     """Several criteria over the candidate k, sharing the fits of each mode.
+
+    A wrapper of :func:`inference.model_selection`, the one entry point of model
+    selection: ``compare_criteria(x, ks, criteria=("J", "bic"), rng_key=key)`` is
+    ``model_selection(x, ks, model="mixture", criteria=("J", "yy_bic"), rng_key=key)``
+    (``"bic"``, ``"aic"`` and ``"loo"`` are model_selection's ``"yy_bic"``,
+    ``"yy_aic"`` and ``"yy_loo"``: :data:`MODEL_SELECTION_NAMES`), its result given as
+    one :class:`SelectionResult` per criterion, with the same values, choices and fits
+    for the same ``rng_key``. Use model_selection to put these criteria in one table
+    with the others (VB bound, cross-validation, PSIS-LOO, evidence, ...).
 
     Parameters
     ----------
@@ -171,7 +180,7 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
         ``num_samples``, ...) for ``"loo"``.
     **fit_kwargs
         Passed to :func:`inference.mixture.em.fit_mixture` (``max_iterations``,
-        ``reg_covar``, ...).
+        ``reg_covar``, ...); ``progress_bar`` shows model_selection's bar over the fits.
 
     Returns
     -------
@@ -195,6 +204,8 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     >>> results["bic"].fits[1].num_components  # the best fit of every candidate is kept
     3
     """
+    from inference.app.selection import model_selection
+
     if isinstance(criteria, str):
         raise TypeError(f"criteria must be a sequence of names among {sorted(CRITERIA)}, not "
                         f"one string; got {criteria!r} (write ({criteria!r},))")
@@ -211,35 +222,32 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
         raise TypeError("compare_criteria fits every candidate without pruning; do not pass "
                         "prune")
     x = check_data(x, "x")
-    num, dim = x.shape
+    num = x.shape[0]
     if max(candidates) > num:
         raise ValueError(f"candidates must be at most the {num} examples (rows) of x; got "
                          f"{candidates}")
-    keys = jax.random.split(rng_key, len(candidates))
+    if num == 1:  # what every fit says of one row (model_selection's checks need two)
+        raise ValueError("x has no spread (every example is the same point): nothing to fit")
+    fit_kwargs = dict(fit_kwargs)
+    progress_bar = bool(fit_kwargs.pop("progress_bar", False))
+    taken = sorted(set(fit_kwargs) & _MODEL_SELECTION_ARGUMENTS)
+    if taken:  # model_selection would take them as its own; fit_mixture has no such options
+        raise TypeError(f"compare_criteria passes **fit_kwargs to fit_mixture, which takes "
+                        f"no {taken}")
+    names = dict.fromkeys(MODEL_SELECTION_NAMES[c] for c in criteria)
+    with warnings.catch_warnings():  # said below, as compare_criteria has always said it
+        warnings.filterwarnings("ignore", r"model_selection: for k in \[", NumericalWarning)
+        result = model_selection(
+            x, candidates, model="mixture", criteria=tuple(names), covariance=covariance,
+            rng_key=rng_key, num_restarts=num_restarts, num_folds=2,
+            progress_bar=progress_bar,
+            options={"loo_options": {"progress_bar": False, **dict(loo_options or {})}},
+            **fit_kwargs)
     results = {}
-    for mode in dict.fromkeys(CRITERIA[c] for c in criteria):
-        names = [c for c in criteria if CRITERIA[c] == mode]
-        if mode == "mcmc":
-            results["loo"] = _loo(x, candidates, keys, covariance, loo_options or {})
-            continue
-        best = {c: [(math.inf, None)] * len(candidates) for c in names}
-        for index, (k, key) in enumerate(zip(candidates, keys, strict=True)):
-            for restart_key in jax.random.split(key, num_restarts):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    # one start per call: the restarts are this loop's
-                    fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
-                                      rng_key=restart_key, **{"num_restarts": 1, **fit_kwargs})
-                if fit.collapsed:
-                    continue
-                for c in names:
-                    value = _value(c, fit, num, dim)
-                    if value < best[c][index][0]:
-                        best[c][index] = (value, fit)
-        for c in names:
-            values = tuple(float(v) for v, _ in best[c])
-            degenerate = tuple(k for k, (_, fit) in zip(candidates, best[c], strict=True)
-                               if fit is None)
+    for mode in dict.fromkeys(CRITERIA[c] for c in criteria):  # the order of the fits
+        for c in (c for c in criteria if CRITERIA[c] == mode):
+            detail = result.details[MODEL_SELECTION_NAMES[c]]
+            degenerate = detail.degenerate
             if degenerate:
                 warnings.warn(f"compare_criteria: for k in {list(degenerate)} every restart of "
                               f"mode {mode!r} collapsed a component; excluded from {c!r}",
@@ -247,41 +255,34 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
             if len(degenerate) == len(candidates):
                 raise ValueError(f"every candidate collapsed under {c!r}: the candidates "
                                  f"{candidates} are too many components for {num} examples")
-            choice = candidates[int(np.argmin(values))]
-            results[c] = SelectionResult(c, candidates, values, choice,
-                                         tuple(fit for _, fit in best[c]), degenerate)
+            results[c] = _as_selection_result(c, result, detail)
     return {c: results[c] for c in criteria}
 
 
-def _loo(x, candidates, keys, covariance, options):
-    """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
-    import arviz as az
-
-    from inference.mixture.baselines import mixture_loo
-
-    values, fits, loos = [], [], {}
-    for k, key in zip(candidates, keys, strict=True):
-        loo = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)  # arviz ELPDData
-        elpd, se, pareto_k = float(loo.elpd_loo), float(loo.se), float(np.max(loo.pareto_k))
-        values.append(-elpd)
-        fits.append((elpd, se, pareto_k))
-        loos[f"k={k}"] = loo
-    choice = candidates[int(np.argmin(values))]
-    table = None
-    if len(loos) > 1:
-        frame = az.compare(loos, ic="loo").loc[list(loos)]
-        table = {name: np.asarray(frame[name], dtype=np.float64) for name in _COMPARE_COLUMNS}
-    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits),
-                           arviz_compare=table)
+#: model_selection's own keyword arguments that are not fit_mixture's.
+_MODEL_SELECTION_ARGUMENTS = frozenset({
+    "candidates", "model", "criteria", "over_complete", "mask", "num_folds", "loo_max_size",
+    "num_warmup", "num_samples", "evidence_options", "evidence_max_size", "vb_options",
+    "options", "model_args", "model_kwargs"})
 
 
-#: The numeric columns of ``arviz.compare`` kept by a ``"loo"`` selection.
-_COMPARE_COLUMNS = ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")
+def _as_selection_result(criterion, result, detail) -> SelectionResult:
+    """model_selection's result of one YING-YANG criterion as compare_criteria's."""
+    name = MODEL_SELECTION_NAMES[criterion]
+    return SelectionResult(criterion, tuple(result.candidates), tuple(result.values[name]),
+                           result.choice[name], detail.fits, detail.degenerate,
+                           detail.arviz_compare)
 
 
 def select_num_components(x, candidates, *, criterion: str = "J", covariance: str = "full",
                           rng_key, num_restarts: int = 3, **kwargs) -> SelectionResult:
     """Choose the number of components by one criterion (see :func:`compare_criteria`).
+
+    A wrapper of :func:`inference.model_selection`, the one entry point of model
+    selection (through :func:`compare_criteria`): the same as
+    ``compare_criteria(x, candidates, criteria=(criterion,), ...)[criterion]``, which
+    is model_selection's YING-YANG criterion of that name (``"yy_bic"``, ``"yy_aic"``,
+    ``"yy_loo"`` for ``"bic"``, ``"aic"``, ``"loo"``) as a :class:`SelectionResult`.
 
     Parameters
     ----------
