@@ -221,8 +221,23 @@ def test_every_iterative_fit_takes_the_vocabulary(name, argument):
 
 
 def test_map_states_and_associate_take_method_options_as_one_dict():
-    for fn in (inference.associate, inference.map_states):
-        assert "method_options" in inspect.signature(fn).parameters
+    from inference.gvq.constraints import associate_sets
+    from inference.gvq.stream import fit_gvq_stream
+
+    for fn in (inference.associate, inference.map_states, inference.fit_gvq, fit_gvq_stream,
+               associate_sets):
+        assert "method_options" in inspect.signature(fn).parameters, fn.__name__
+
+
+def test_fit_gvq_method_options_as_keywords_still_work_with_a_deprecation_warning():
+    data = gvq.generate_planted(jax.random.key(0), 12, 2, 4)
+    common = dict(rng_key=jax.random.key(1), max_iterations=2, num_restarts=1)
+    new = inference.fit_gvq(data.x, 2, method_options={"chunk_size": 2}, **common)
+    with pytest.warns(ZooDeprecationWarning, match="fit_gvq: .*chunk_size.*method_options="):
+        old = inference.fit_gvq(data.x, 2, chunk_size=2, **common)
+    np.testing.assert_array_equal(np.asarray(old.features), np.asarray(new.features))
+    with pytest.raises(TypeError, match="both as keywords and in method_options"):
+        inference.fit_gvq(data.x, 2, chunk_size=2, method_options={"chunk_size": 2}, **common)
 
 
 def test_associate_method_options_as_keywords_still_work_with_a_deprecation_warning():

@@ -50,6 +50,7 @@ from inference.association.core import (
     association_problem,
     load_methods,
 )
+from inference.engine.protocol import method_options_of
 from inference.program.handlers import noiseless, observation_noise
 from inference.program.kwargs import freeze_options, split_model_kwargs
 from inference.program.optimize import lbfgs_minimize
@@ -194,7 +195,8 @@ def associate_states(model, x, kwargs, *, method="exact", latent="s", noise=None
 
 
 def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key=None,
-                   model=None, model_kwargs=None, latent="s", noise=None, **options):
+                   model=None, model_kwargs=None, latent="s", noise=None,
+                   method_options: dict | None = None, **options):
     """Winner-take-all association over feature sets (Westerdijk, Barber and Wiegerinck
     (2001), sec. 5.1).
 
@@ -210,8 +212,11 @@ def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key
         :data:`inference.association.core.METHODS`); ``"exact"`` with ``binary=True``.
     model_kwargs : dict, optional
         Further arguments of the program (``sparsity``, ``binary``, ``beta``, ...).
+    method_options : dict, optional
+        Options of the method (as ``inference.associate`` takes them).
     **options
-        Options of the method.
+        The method's options as keywords, the old form: they still work for one release
+        with a ``DeprecationWarning``; pass ``method_options`` instead.
 
     Returns
     -------
@@ -233,6 +238,7 @@ def associate_sets(features, x, num_sets: int, method: str = "exact", *, rng_key
     >>> chosen.tolist(), bool((states == planted).all())
     ([0, 1, 1, 0], True)
     """
+    options = method_options_of("associate_sets", method_options, options)
     features, x, kwargs, method = check_constraints(
         features, x, num_sets=num_sets, method=method, model_kwargs=model_kwargs,
         rng_key=rng_key, options=options)

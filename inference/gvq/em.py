@@ -29,6 +29,7 @@ import numpyro
 from inference.association.map_em import fit_map_em
 from inference.engine import run, select, warn_not_converged
 from inference.engine.checkpoint import checkpointing
+from inference.engine.protocol import method_options_of
 from inference.engine.sharding import resolve_mesh
 from inference.engine.streaming import is_stream
 from inference.gvq.algorithm import (
@@ -90,6 +91,7 @@ def fit_gvq(
     checkpoint_path=None,
     checkpoint_every: int | None = None,
     resume_from=None,
+    method_options: dict | None = None,
     **options,
 ) -> GVQResult:
     """Learn GVQ features by EM in the sigma -> 0 limit.
@@ -169,8 +171,13 @@ def fit_gvq(
         Continue from a checkpoint written by ``fit_gvq`` with the same x and
         options (else ``ValueError`` naming the option). The result is bit-identical
         to the uninterrupted fit; a checkpoint of a finished fit returns at once.
+    method_options : dict, optional
+        Options of the association method (``inference.associate``'s, e.g.
+        ``{"chunk_size": 64}``), the same form as ``associate`` and ``map_states`` take.
     **options
-        Options of the association method.
+        ``batch_size`` for a stream (below). The association method's options as
+        keywords, the old form, still work for one release with a
+        ``DeprecationWarning``; pass ``method_options`` instead.
 
     Returns
     -------
@@ -196,6 +203,8 @@ def fit_gvq(
     >>> bool(match_features(fit.features, data.features)[1] < 0.05)  # the planted F
     True
     """
+    batch_size = {"batch_size": options.pop("batch_size")} if "batch_size" in options else {}
+    options = method_options_of("fit_gvq", method_options, options)
     if is_stream(x):
         if (devices, mesh, checkpoint_path, checkpoint_every, resume_from) != (None,) * 5:
             raise ValueError("devices, mesh and checkpoints apply to an in-memory x, not to "
@@ -205,10 +214,10 @@ def fit_gvq(
             num_restarts=num_restarts, init_features=init_features, num_sets=num_sets,
             sparsity=sparsity, binary=binary, beta=beta, model=model,
             model_kwargs=model_kwargs, latent=latent, noise=noise, progress_bar=progress_bar,
-            tol=tol, **options)
-    if "batch_size" in options:
+            tol=tol, method_options=options, **batch_size)
+    if batch_size:
         raise ValueError(f"batch_size applies to a stream of batches; x is one array (got "
-                         f"batch_size={options['batch_size']!r})")
+                         f"batch_size={batch_size['batch_size']!r})")
     if rng_key is None:
         raise MissingKeyError("fit_gvq needs an explicit rng_key (e.g. jax.random.key(0))")
     check_rng_key(rng_key)

@@ -40,6 +40,7 @@ import numpy as np
 
 from inference.engine import StatisticsAlgorithm, host, warn_not_converged
 from inference.engine.passes import run_passes
+from inference.engine.protocol import method_options_of
 from inference.engine.streaming import Pass, batches, column_pass, dtype_of, reusable
 from inference.gvq.algorithm import check_program, restart_features
 from inference.gvq.constraints import associate_states, check_constraints
@@ -129,7 +130,8 @@ def fit_gvq_stream(source, num_features: int, *, method: str = "exact", rng_key=
                    binary: bool = False, beta: float | None = None, model=None,
                    model_kwargs: dict | None = None, latent: str = "s", noise=None,
                    progress_bar: bool = False, tol: float | None = None, batch_size=None,
-                   return_states: bool = False, **options):
+                   return_states: bool = False, method_options: dict | None = None,
+                   **options):
     """:func:`inference.gvq.em.fit_gvq` by passes over a source of row batches.
 
     One EM iteration is one pass (module docstring): every batch is associated
@@ -177,7 +179,8 @@ def fit_gvq_stream(source, num_features: int, *, method: str = "exact", rng_key=
     source : array, np.memmap, callable or iterable of arrays (:class:`BatchSource`)
         Rows (num_examples, dim); float64 stays float64 only under ``jax.enable_x64``.
     num_features, method, rng_key, max_iterations, num_restarts, init_features, \
-num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **options
+num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, \
+method_options, **options
         As :func:`inference.gvq.em.fit_gvq`.
     binary, beta
         Must be ``False`` / ``None`` (see above).
@@ -203,6 +206,7 @@ num_sets, sparsity, model, model_kwargs, latent, noise, progress_bar, tol, **opt
     >>> bool(match_features(fit.features, data.features)[1] < 0.05)  # the planted F
     True
     """
+    options = method_options_of("fit_gvq_stream", method_options, options)
     if rng_key is None:
         raise MissingKeyError("fit_gvq_stream needs an explicit rng_key (e.g. jax.random.key(0))")
     if binary or (model_kwargs or {}).get("binary", False):
