@@ -93,13 +93,19 @@ def pytest_configure(config):
 
 
 #: Examples sections (doctests) that run in the slow run only: the generic NumPyro
-#: baselines, whose short NUTS and SVI runs cost 6-13 s each to compile. Each function
-#: keeps default-run tests of its own: tests/test_compile_once.py (a real fit, twice) and
-#: tests/reliability/test_validation.py for all of them, and test_mixture_baselines,
-#: test_clipped_baselines, test_mcvq_baselines, or for PPCA test_arviz's PPCA chain.
+#: baselines, whose short NUTS and SVI runs cost 6-17 s each to compile. Each function
+#: keeps default-run tests of its own: tests/test_compile_once.py (a real fit, twice;
+#: GVQ's chain there in the slow run) and
+#: tests/reliability/test_validation.py for all of them, and a real fit in
+#: test_mixture_baselines (also mixture_loo), test_clipped_baselines,
+#: test_mcvq_baselines (fit_mcvq_svi's short run that warns), test_arviz (GVQ's and
+#: PPCA's chains). GVQ's SVI keeps its Examples here: no other default-run test fits it.
 SLOW_DOCTESTS = frozenset({
     "inference.mixture.baselines_svi.fit_mixture_svi",
     "inference.mixture.baselines_mcmc.fit_mixture_mcmc",
+    "inference.mixture.baselines_mcmc.mixture_loo",
+    "inference.mcvq.baselines_svi.fit_mcvq_svi",
+    "inference.gvq.baselines_mcmc.fit_gvq_mcmc",
     "inference.clipped.baselines_mcmc.fit_clipped_mcmc",
     "inference.clipped.baselines_svi.fit_clipped_svi",
     "inference.mcvq.baselines_svi.fit_mcvq_meanfield_svi",

@@ -61,14 +61,16 @@ def blobs(key, num_examples=30, shift=0.0):
 
 
 def score(x, candidates, *, criteria, rng_key, counter=None, sleep=0.0, fail=False,
-          kill_marker=None, offset=0.0):
-    """Scores from the data and the key; counts its calls; fails or kills on request."""
+          kill_marker=None, offset=0.0, sleep_if_env=None):
+    """Scores from the data and the key; counts its calls; fails or kills on request.
+    With ``sleep_if_env`` it sleeps only in a process whose environment has that
+    variable (a run that must be slow to interrupt, resumed quickly elsewhere)."""
     import jax
 
     if counter:
         with open(counter, "a") as handle:
             handle.write(f"{os.getpid()} {float(np.asarray(x).sum()):.6f}\\n")
-    if sleep:
+    if sleep and (not sleep_if_env or sleep_if_env in os.environ):
         time.sleep(sleep)
     if fail:
         raise ValueError("this row fails on purpose")
@@ -103,10 +105,12 @@ criteria = ["bic", "aic", "laplace"]
 
 
 def _study_text(programs="programs.py", seeds=3, levels=2, counter="", extra="", sleep=0.0,
-                offset=0.0, fail=False, kill_marker=""):
+                offset=0.0, fail=False, kill_marker="", sleep_if_env=""):
     options = [f'counter = "{counter}"'] if counter else []
     if sleep:
         options.append(f"sleep = {sleep}")
+    if sleep_if_env:
+        options.append(f'sleep_if_env = "{sleep_if_env}"')
     if offset:
         options.append(f"offset = {offset}")
     if fail:
@@ -252,15 +256,17 @@ def test_the_selection_study_example_runs_a_study_file(load_example, run_example
 
 def test_an_interrupted_run_restarted_recomputes_no_finished_row(client, tmp_path):
     counter = tmp_path / "calls.txt"
-    # Rows of 3 s: the interrupt lands part-way even when a loaded machine is slow to
-    # poll and the child slow to stop (with 1 s rows all eight finished once).
-    path = _write_study(tmp_path, _study_text(seeds=4, counter=counter, sleep=3.0))
+    # Rows of 3 s in the interrupted child: the interrupt lands part-way even when a
+    # loaded machine is slow to poll and the child slow to stop (with 1 s rows all eight
+    # finished once). The resumed run's rows do not sleep (the variable is the child's).
+    path = _write_study(tmp_path, _study_text(seeds=4, counter=counter, sleep=3.0,
+                                              sleep_if_env="STUDY_TEST_SLOW_ROWS"))
     out = tmp_path / "out"
     child = subprocess.Popen(
         [sys.executable, "-m", "inference.app.cli", "study", "run", str(path), "--workers",
          "1", "--output-dir", str(out), "--no-progress"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "STUDY_TEST_SLOW_ROWS": "1"})
     deadline = time.monotonic() + 240
     while len(list((out / "rows").glob("*.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
