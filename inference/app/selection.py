@@ -8,7 +8,9 @@ for every family whose plug-in declares a :class:`ppl_models.registry.Selection`
 mixture k, MCVQ (K, J), GVQ number of features n, clipped-Gaussian hidden units P and
 PPCA components q. It scores a list of candidates (or, for the VB families, one
 over-complete VB model that prunes itself) under these criteria; every value is *per
-example, in nats, higher is better*, and each family lists the criteria it supports:
+example, in nats, higher is better* (but for the mixture's YING-YANG criteria, ``"J"``,
+``"L_map"``, ``"L_stocha"``, ``"yy_bic"``, ``"yy_aic"``, ``"yy_loo"``: lower is better),
+and each family lists the criteria it supports:
 
 * ``"vb"`` -- the VB lower bound L(Q) / N (``fit_vb_mcvq`` / ``fit_vb_mixture``)
   started at the candidate size (best of ``num_restarts`` runs; Corduneanu &
