@@ -16,6 +16,13 @@ The data the step reads (:func:`prepare`): the examples, their quadratic feature
 (computed once per fit about the data's mean) and a validity mask, as rows padded
 to whole blocks of :func:`inference.mixture.sweep.block_rows` rows (and to a
 multiple of the device count), so that the step views them as blocks without a copy.
+Bucketed (``layout(..., bucket=True)``, :func:`prepare_padded`; one device), the rows
+are padded further, to a size of a geometric ladder (:func:`bucket_rows`), and the
+number of examples is a traced value (:class:`Params` ``num``), never a static one:
+every program of the fit (the start, the loop, the criteria) then depends on the
+bucket only, so data sets of 150 and 151 rows, or the folds of a cross-validation,
+share one compilation. The padded rows are masked by ``valid``: every sum is over the
+real examples, though summed in another order (the same fit up to float rounding).
 
 Convergence: the step reports ``converged`` itself (the engine's test is then not
 used): when the objective changed by at most ``tol`` relative (:func:`settled`) or,
@@ -41,12 +48,16 @@ from inference.mixture.sweep import (
     EMState,
     block_features,
     block_rows,
+    bucket_rows,
+    ladder,
     log_joint_eta,
+    pad_rows,
     sweep_sums,
 )
 
 __all__ = ["MixtureState", "EMInfo", "em_step", "settled", "em_algorithm", "prepare",
-           "initial_states", "finish", "finish_sharded"]
+           "initial_states", "finish", "finish_sharded", "bucket_rows", "layout", "pad_rows",
+           "prepare_padded"]
 
 
 class MixtureState(NamedTuple):
@@ -81,6 +92,7 @@ class Params(NamedTuple):
     variance_floor: jax.Array
     weight_offset: jax.Array
     inv_scale: jax.Array
+    num: jax.Array | None = None  # the number of examples (traced: the rows are padded)
 
 
 def _features(phi, valid, shift, block):
@@ -88,11 +100,14 @@ def _features(phi, valid, shift, block):
     return BlockFeatures(shift, phi.reshape(-1, block, phi.shape[1]), valid.reshape(-1, block))
 
 
-def em_step(rng_key, state, data, params, *, shard, mode, covariance, prune, block, num):
+def em_step(rng_key, state, data, params, *, shard, mode, covariance, prune, block,
+            num=None):
     """One EM / hard-cut EM / k-means iteration (module docstring); jittable.
 
     ``data`` is ``(x, phi, valid)`` (:func:`prepare`), ``params`` a :class:`Params`;
-    ``num`` (static) the number of examples, as the divisor of the mean objective.
+    the number of examples, the divisor of the mean objective, is ``params.num``
+    (traced, so that one program serves every size in a bucket), or ``num`` (static)
+    when given.
     """
     del rng_key  # deterministic
     x, phi, valid = data
@@ -107,7 +122,8 @@ def em_step(rng_key, state, data, params, *, shard, mode, covariance, prune, blo
     changed = jnp.sum((labels != state.labels) & valid) if hard else jnp.zeros((), jnp.int32)
     if axis is not None:  # one collective for every sum of the iteration
         stats, total, changed = psum((stats, total, changed), axis)
-    objective = total / num
+    objective = total / (params.num if num is None else num)
+    # num=None: the valid rows are the examples (the padding of the rows is masked).
     new = m_step(x, stats, labels, em, eta, features, mode, covariance, params.reg_covar,
                  prune, params.min_count, params.variance_floor, params.weight_offset,
                  axis_name=axis, num=num, inv_scale=params.inv_scale)
@@ -130,21 +146,39 @@ def settled(objective, previous, tol):
     return jnp.abs(previous - objective) / jnp.maximum(jnp.abs(objective), 1e-30) <= tol
 
 
-def em_algorithm(*, mode, covariance, prune, block, num, name="fit_mixture") -> Algorithm:
-    """The engine's :class:`~inference.engine.Algorithm` of the mixture fit (hashable)."""
+def em_algorithm(*, mode, covariance, prune, block, num=None,
+                 name="fit_mixture") -> Algorithm:
+    """The engine's :class:`~inference.engine.Algorithm` of the mixture fit (hashable).
+
+    ``num=None`` (:func:`inference.mixture.em.fit_mixture`): the number of examples is
+    read from ``params.num`` (traced); an int makes it a static option."""
     rows = ("labels",) if mode != "stochastic" else ()
-    return Algorithm(em_step, options=(("mode", mode), ("covariance", covariance),
-                                       ("prune", prune), ("block", block), ("num", num)),
-                     name=name, rows=rows, vectorized=False)
+    options = (("mode", mode), ("covariance", covariance), ("prune", prune), ("block", block))
+    if num is not None:
+        options += (("num", num),)
+    return Algorithm(em_step, options=options, name=name, rows=rows, vectorized=False)
 
 
-def layout(num, dim, covariance, devices=1):
+def layout(num, dim, covariance, devices=1, *, bucket=False):
     """Rows per block and the padded number of rows for ``num`` examples over ``devices``.
 
     One device: :func:`inference.mixture.sweep.block_rows` of the data. Several: the
     blocks of one device's share, every device holding whole blocks.
+
+    ``bucket`` (one device): the rows are the bucket of ``num`` (:func:`bucket_rows`) and
+    the block :func:`inference.mixture.sweep.block_rows` of that many rows; when the
+    bucket holds more than one block, the number of blocks is bucketed on the same
+    ladder instead. Every ``num`` of a bucket then gets the same layout (and, with
+    :func:`prepare_padded`, the same compiled programs).
     """
-    block = block_rows(-(-num // devices), feature_width(kind_of(covariance), dim))
+    width = feature_width(kind_of(covariance), dim)
+    if bucket and devices == 1:
+        rows = bucket_rows(num)
+        block = block_rows(rows, width)
+        if block < rows:  # whole blocks of block_rows: bucket their number
+            rows = ladder(-(-num // block)) * block
+        return block, rows
+    block = block_rows(-(-num // devices), width)
     multiple = block * devices
     return block, -(-num // multiple) * multiple
 
@@ -162,6 +196,21 @@ def prepare(x, *, covariance, block, rows):
     return (padded, phi, jnp.arange(rows) < num), features.shift
 
 
+@functools.partial(jax.jit, static_argnames=("covariance", "block"))
+def prepare_padded(x, num, *, covariance, block):
+    """The step's data ``(x, phi, valid)`` and the shift from x padded to whole blocks
+    (:func:`layout`, :func:`pad_rows`) whose first ``num`` rows (traced) are the
+    examples: the features of :func:`inference.mixture.sweep.block_features` about the
+    examples' mean, as rows, zero on the padding."""
+    rows = x.shape[0]
+    valid = jnp.arange(rows) < num
+    shift = jnp.sum(jnp.where(valid[:, None], x, 0.0), axis=0) / num.astype(x.dtype)
+    features = block_features(x, kind_of(covariance), shift=shift, block=block)
+    phi = features.blocks.reshape(-1, features.blocks.shape[-1])
+    phi = jnp.where(valid[:, None], phi, 0.0)
+    return (x, phi, valid), shift
+
+
 @functools.partial(jax.jit, static_argnames=("labels",))
 def initial_states(state, *, labels):
     """The engine's stacked states from the padded start ``state``: one start, or several
@@ -173,13 +222,17 @@ def initial_states(state, *, labels):
                         jnp.full(starts, jnp.inf, state.means.dtype))
 
 
-@functools.partial(jax.jit, static_argnames=("covariance", "block", "map_is_nearest"))
-def finish(x, phi, valid, shift, state, *, covariance, block, map_is_nearest):
+@functools.partial(jax.jit, static_argnames=("covariance", "block", "map_is_nearest",
+                                             "masked"))
+def finish(x, phi, valid, shift, state, *, covariance, block, map_is_nearest, masked=False):
     """The criteria at the fit (:func:`inference.mixture.criteria.block_criteria`) over the
-    ``x.shape[0]`` examples of the padded rows ``phi``/``valid``."""
+    ``x.shape[0]`` examples of the padded rows ``phi``/``valid``. ``masked``: x is the
+    padded rows of :func:`prepare_padded` too, the criteria are over its valid rows and
+    the labels are every row's (the caller keeps the first ``num``)."""
     features = _features(phi, valid, shift, block)
     return block_criteria(x, features, state.weights, state.means, state.covariances,
-                          state.active, covariance, map_is_nearest=map_is_nearest)
+                          state.active, covariance, map_is_nearest=map_is_nearest,
+                          masked=masked)
 
 
 @functools.partial(jax.jit, static_argnames=("covariance", "block", "map_is_nearest",

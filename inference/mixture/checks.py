@@ -111,7 +111,7 @@ def scale_from_variances(variances, covariance, reg_covar, variance_threshold):
 
 
 def initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init_weights,
-                   init_covariances, weight_rule, reg=None):
+                   init_covariances, weight_rule, reg=None, padded=None):
     """The start of a fit (padded, :func:`pad`) and the MML weight offset.
 
     Means: ``init_means``, or (``init="kmeans"``) the k-means clusters' weights, means
@@ -119,17 +119,22 @@ def initial_state(seed_x, k, spread, covariance, init, rng_key, init_means, init
     k-means++ / random rows (plus noise of 1% of the
     data's spread) of ``seed_x`` (the data, or a streaming fit's first batch).
     Weights equal and covariances spread / k times I unless given; ``covariance``
-    is the family after the k-means override.
+    is the family after the k-means override. ``padded`` (optional): ``(rows, num)``,
+    ``seed_x`` padded past its ``num`` examples (:func:`inference.mixture.algorithm.
+    pad_rows`), on which ``"kmeans"`` and ``"kmeans++"`` draw the same means with
+    programs that depend on the padded size only.
     """
     dim, dtype = seed_x.shape[1], seed_x.dtype
+    rows, num = (seed_x, None) if padded is None else padded
     if init_means is None and init == "kmeans":
-        weights, means, cov = kmeans_start(rng_key, seed_x, k, 0.0 if reg is None else reg)
+        weights, means, cov = kmeans_start(rng_key, rows, k, 0.0 if reg is None else reg,
+                                           num=num)
         init_weights = weights if init_weights is None else init_weights
         init_covariances = cov if init_covariances is None else init_covariances
     elif init_means is None:
         key_means, key_noise = jax.random.split(rng_key)
         if init == "kmeans++":
-            means = kmeans_plus_plus(key_means, seed_x, k)
+            means = kmeans_plus_plus(key_means, rows, k, num=num)
         else:
             rows = jax.random.choice(key_means, seed_x.shape[0], (k,), replace=False)
             means = seed_x[rows] + 0.01 * math.sqrt(spread) * jax.random.normal(key_noise,

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from inference.engine.sharding import (
     psum,
 )
+from inference.mixture import sweep
 from inference.mixture.features import (
     component_log_joint,
     kind_of,
@@ -22,9 +23,31 @@ from inference.mixture.sweep import block_features, first_argmax
 
 
 def criteria(x, weights, means, covariances, covariance="full"):
-    """L_stocha, L_map, L_NN and J of a mixture on data x (module docstring), as floats."""
-    values, _, _ = _criteria(jnp.asarray(x), weights, means, covariances, covariance)
+    """L_stocha, L_map, L_NN and J of a mixture on data x (module docstring), as floats.
+
+    With :data:`inference.mixture.sweep.BUCKET_ROWS` on, x is padded to its bucket
+    (:func:`inference.mixture.sweep.bucket_rows`) and the program serves every
+    number of examples in it (held-out folds of several sizes compile once)."""
+    x = jnp.asarray(x)
+    if sweep.BUCKET_ROWS:
+        num = x.shape[0]
+        values = _criteria_padded(sweep.pad_rows(x, sweep.bucket_rows(num)),
+                                  jnp.asarray(num, jnp.int32), weights, means, covariances,
+                                  covariance)
+    else:
+        values, _, _ = _criteria(x, weights, means, covariances, covariance)
     return {name: float(value) for name, value in values.items()}
+
+
+@functools.partial(jax.jit, static_argnums=5)
+def _criteria_padded(x, num, weights, means, covariances, covariance):
+    """:func:`criteria`'s values on x padded past its first ``num`` (traced) rows."""
+    valid = jnp.arange(x.shape[0]) < num
+    shift = jnp.sum(jnp.where(valid[:, None], x, 0.0), axis=0) / num.astype(x.dtype)
+    features = block_features(x, kind_of(covariance), shift=shift, valid=valid)
+    values, _, _ = block_criteria(x, features, weights, means, covariances,
+                                  jnp.ones(means.shape[0], bool), covariance, masked=True)
+    return values
 
 
 @functools.partial(jax.jit, static_argnums=4)
@@ -36,7 +59,7 @@ def _criteria(x, weights, means, covariances, covariance):
 
 
 def block_criteria(x, features, weights, means, covariances, active, covariance,
-                    map_is_nearest=False, axis_name=None):
+                    map_is_nearest=False, axis_name=None, masked=False):
     """:func:`criteria` of the ``active`` components from the data's blocked features.
 
     ``features`` are :func:`block_features` of x for the covariance family (the
@@ -48,7 +71,11 @@ def block_criteria(x, features, weights, means, covariances, active, covariance,
     probable component is the nearest mean and the energies need no second product.
     ``axis_name`` (the sharded fit, inside ``shard_map``): x and ``features`` are one
     device's rows, ``features.valid`` False on padded ones; the means over examples
-    are summed over the devices, the labels are the device's rows.
+    are summed over the devices, the labels are the device's rows. ``masked`` (static;
+    one device): x and ``features`` are rows padded past the examples, ``features.valid``
+    False on the padding; the means are over the valid rows (their number traced, so
+    one program serves every number of examples in a bucket), the labels are every
+    row's.
     """
     num, dim = x.shape
     k = means.shape[0]
@@ -101,21 +128,22 @@ def block_criteria(x, features, weights, means, covariances, active, covariance,
     log_px, labels, top, nearest, squared = (
         value.reshape(-1)[:num] for value in jax.lax.map(per_block, features.blocks))
     log_weights = jnp.log(jnp.where(weights > 0, weights, 1.0))
-    if axis_name is None:
+    if axis_name is None and not masked:
         l_stocha = -jnp.mean(log_px)
         hard = jnp.bincount(labels, length=k) / num
         map_term = jnp.mean(top - log_weights[labels])
         e_mse = jnp.mean(squared)
-    else:  # one device's rows: sums over the valid ones, added over the devices at once
+    else:  # padded rows (one device's, or masked): sums over the valid ones, added over
+        # the devices at once
         valid = features.valid.reshape(-1)[:num]
 
         def total(value):
             return jnp.sum(jnp.where(valid, value, 0.0))
 
-        count, log_px, map_term, squared, hard = psum(
-            (jnp.sum(valid).astype(x.dtype), total(log_px), total(top - log_weights[labels]),
-             total(squared), jnp.bincount(labels, weights=valid.astype(x.dtype), length=k)),
-            axis_name)
+        sums = (jnp.sum(valid).astype(x.dtype), total(log_px), total(top - log_weights[labels]),
+                total(squared), jnp.bincount(labels, weights=valid.astype(x.dtype), length=k))
+        count, log_px, map_term, squared, hard = (sums if axis_name is None
+                                                  else psum(sums, axis_name))
         l_stocha, map_term, e_mse, hard = -log_px / count, map_term / count, squared / count, \
             hard / count
     l_map = (-map_term

@@ -97,6 +97,7 @@ from inference.engine.checkpoint import checkpointing, jsonable
 from inference.engine.sharding import mesh_size, resolve_mesh
 from inference.engine.streaming import is_stream
 from inference.mixture import stream as streaming
+from inference.mixture import sweep
 from inference.mixture.algorithm import (
     Params,
     em_algorithm,
@@ -104,7 +105,9 @@ from inference.mixture.algorithm import (
     finish_sharded,
     initial_states,
     layout,
+    pad_rows,
     prepare,
+    prepare_padded,
 )
 from inference.mixture.checks import (
     check_end,
@@ -301,11 +304,15 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     mesh = resolve_mesh(devices, mesh)
     x = check_data(x, "x")
     num, dim = x.shape
+    bucket = sweep.BUCKET_ROWS and mesh is None  # read at each call
     k = check_positive_int(num_components, "num_components")
     if not has_distinct_rows(np.asarray(x), k):
         distinct = int(np.unique(np.asarray(x), axis=0).shape[0])
         raise ValueError(f"num_components={k} exceeds the {distinct} distinct example(s) in x")
-    spread = float(jnp.mean(jnp.var(x, axis=0)))
+    if bucket:  # on the host: jnp.var would compile a program per number of examples
+        spread = float(np.mean(np.var(np.asarray(x, np.float64), axis=0)))
+    else:
+        spread = float(jnp.mean(jnp.var(x, axis=0)))
     if spread == 0.0:
         raise ValueError("x has no spread (every example is the same point): nothing to fit")
     max_iterations = check_positive_int(max_iterations, "max_iterations")
@@ -331,8 +338,13 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         raise ValueError(f"num_restarts={num_restarts} needs means drawn by init; "
                          "init_means gives one start (use num_restarts=1)")
     scale = data_scale(x, covariance, reg_covar, variance_threshold)
+    devices_count = 1 if mesh is None else mesh_size(mesh)
+    block, rows = layout(num, dim, covariance, devices_count, bucket=bucket)
+    padded = None
+    if bucket:  # x padded to its bucket, num traced: every program below serves the bucket
+        padded = (pad_rows(x, rows), jnp.asarray(np.int32(num)))
     starts = [initial_state(x, k, spread, covariance, init, key, init_means, init_weights,
-                            init_covariances, weight_rule, reg=scale.reg)
+                            init_covariances, weight_rule, reg=scale.reg, padded=padded)
               for key in _start_keys(rng_key, num_restarts)]
     weight_offset = starts[0][1]
     state = starts[0][0] if num_restarts == 1 else _stack([start for start, _ in starts])
@@ -346,13 +358,15 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
              variance_threshold=variance_threshold, weight_rule=weight_rule, init=init,
              rng_key=jsonable(rng_key), num_restarts=num_restarts),
         data=(x,), initial_state=tuple(state))
-    devices_count = 1 if mesh is None else mesh_size(mesh)
-    block, rows = layout(num, dim, covariance, devices_count)
-    data, shift = prepare(x, covariance=covariance, block=block, rows=rows)
+    if bucket:
+        data, shift = prepare_padded(*padded, covariance=covariance, block=block)
+    else:
+        data, shift = prepare(x, covariance=covariance, block=block, rows=rows)
     params = Params(shift, *(jnp.asarray(value, x.dtype) for value in (
-        tol, scale.reg, min_count, scale.floor, weight_offset, scale.inv_scale)))
+        tol, scale.reg, min_count, scale.floor, weight_offset, scale.inv_scale)),
+        num=jnp.asarray(num, x.dtype) if bucket else None)
     algorithm = em_algorithm(mode=mode, covariance=covariance, prune=prune, block=block,
-                             num=num)
+                             num=None if bucket else num)
     states = initial_states(state, labels=rows if mode != "stochastic" else 1)
     fitted = run(algorithm, states, data, params, keys=_keys(num_restarts),
                  max_iterations=max_iterations, tol=tol, mesh=mesh, checkpoint=checkpoint,
@@ -361,7 +375,13 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
                                                    prune=prune)
     final, trace, it, done = select(fitted, best)
     state = EMState(final.weights, final.means, final.covariances, final.active)
-    if mesh is None:
+    if bucket:
+        values, labels, nearest = finish(*data, shift, state, covariance=covariance,
+                                         block=block, map_is_nearest=mode == "nearest",
+                                         masked=True)
+        # The examples' labels, cut on the host (a slice per num would compile).
+        labels, nearest = host.head(labels, num), host.head(nearest, num)
+    elif mesh is None:
         values, labels, nearest = finish(x, data[1], data[2], shift, state,
                                          covariance=covariance, block=block,
                                          map_is_nearest=mode == "nearest")

@@ -136,15 +136,15 @@ def m_step(x, stats, labels, state, eta, features, mode, covariance, reg_covar, 
     ``labels`` and ``features`` are one device's rows (``features.valid`` False on
     padded ones), ``stats`` already summed over the devices; the exact fallbacks
     are summed over the devices too. x and ``labels`` may be padded to whole blocks;
-    on one device ``num`` (static) is then the number of examples, the first rows.
+    on one device ``num`` (static) is then the number of examples, the first rows, and
+    ``num=None`` masks the padding by ``features.valid`` (the fit's bucketed rows).
     """
     rows = x.shape[0]
-    num = rows if num is None else num
     parts = moment_form(stats, state, features.shift, mode=mode, covariance=covariance)
     means = parts["means"]
     if mode == "nearest":
         def exact():
-            if axis_name is None:
+            if axis_name is None and num is not None:
                 residual = x[:num] - means[labels[:num]]
                 return jnp.sum(residual * residual)
             residual = x - means[labels]

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from inference.mixture.features import (
     feature_width,
@@ -57,6 +58,47 @@ def block_rows(num, width):
     """
     rows = 1 << max(8, min(14, (_BLOCK_ENTRIES // max(width, 1)).bit_length() - 1))
     return max(1, min(rows, num))
+
+
+#: Pad the rows of an in-memory x on one device to a bucket of a geometric ladder
+#: (:func:`bucket_rows`: sizes m 2^e, m in {4, 5, 6, 7}, steps of at most 1.25x) and pass
+#: the number of examples as a traced value, so that one set of compiled programs (the
+#: k-means++ / k-means start, the EM loop, the criteria) serves every number of examples
+#: in a bucket: :func:`inference.mixture.em.fit_mixture` on 150 and on 151 rows, or the
+#: folds of a cross-validation and the full data, compile once
+#: (``benchmarks/compile_sizes.py``); :func:`inference.mixture.criteria.criteria` too.
+#: The padded rows are masked, so the fit is the same up to float rounding (sums over
+#: more rows, in another order). Off by default: that rounding moves the stopping
+#: iteration of slowly converging float32 fits (tol 1e-7 sits at the last digit), for
+#: which the golden recordings (``tests/test_golden.py``) would be recorded again.
+BUCKET_ROWS = False
+
+
+def bucket_rows(num):
+    """The bucket of ``num`` (>= 1): the smallest size m 2^e >= num with m in {4, 5, 6, 7}
+    (at least 8).
+
+    A geometric ladder of four steps per octave (..., 96, 112, 128, 160, 192, 224, 256,
+    320, ...): consecutive sizes differ by at most 1.25x, so the padding costs less
+    than a quarter of the rows (about a ninth on average), and a fit compiles one
+    program per bucket instead of one per number of examples.
+    """
+    return ladder(max(int(num), 8))
+
+
+def ladder(num):
+    """The smallest m 2^e >= num with m in {4, 5, 6, 7}, or num itself up to 8."""
+    shift = max(int(num).bit_length() - 3, 0)
+    return -(-int(num) >> shift) << shift
+
+
+def pad_rows(x, rows):
+    """x (num, d) with zero rows appended up to ``rows``, as a jax array, padded on the host
+    (:mod:`inference.engine.host`: ``jnp.pad`` outside ``jit`` compiles per shape)."""
+    array = np.asarray(x)
+    padded = np.zeros((rows, array.shape[1]), array.dtype)
+    padded[:array.shape[0]] = array
+    return jnp.asarray(padded, dtype=x.dtype)
 
 
 class BlockFeatures(NamedTuple):
