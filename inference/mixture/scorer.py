@@ -34,8 +34,7 @@ from inference.mixture.baselines import MAX_MCMC_COMPONENTS, MAX_MCMC_EXAMPLES, 
 from inference.mixture.criteria import criteria as mixture_criteria
 from inference.mixture.em import fit_mixture
 from inference.mixture.features import component_log_joint
-from inference.mixture.selection import CRITERIA as YINGYANG_MODES
-from inference.mixture.selection import MODEL_SELECTION_NAMES, SelectionResult
+from inference.mixture.selection import MODEL_SELECTION_NAMES, yingyang_selection
 from inference.mixture.selection import num_parameters as mixture_num_parameters
 from inference.mixture.vb import fit_vb_mixture
 from ppl_models import mixture
@@ -71,129 +70,6 @@ def contains(candidates, size):
 #: other numbers (per example, higher is better, their own fits and keys).
 YINGYANG_CRITERIA = {name: c for c, name in MODEL_SELECTION_NAMES.items()}
 
-
-def _value(criterion, fit, num, dim):
-    """The criterion of one fit (lower is better)."""
-    if criterion in ("J", "L_map", "L_stocha"):
-        return getattr(fit, criterion)
-    cov_type = "spherical" if fit.mode == "nearest" else fit.covariance
-    penalty = mixture_num_parameters(fit.num_components, dim, cov_type)
-    penalty *= math.log(num) if criterion == "bic" else 2.0
-    return 2 * num * fit.L_stocha + penalty
-
-
-def yingyang_selection(x, candidates, criteria, *, covariance, rng_key, num_restarts,
-                       loo_options=None, fit_options=None, names=None, step=None) -> dict:
-    """The YING-YANG criteria of the candidates k, sharing the fits of each mode.
-
-    The computation behind :func:`inference.model_selection`'s YING-YANG criteria (and so
-    behind :func:`inference.mixture.selection.compare_criteria`): ``rng_key`` is split
-    into one key per candidate, each split into ``num_restarts`` keys that serve every
-    mode (``"loo"``: the candidate's key itself); each restart is one
-    :func:`inference.mixture.em.fit_mixture` call without pruning, and per criterion the
-    best non-collapsed restart counts. A candidate whose every restart collapsed gets the
-    value ``inf``, is listed in ``degenerate`` and warned about.
-
-    Parameters
-    ----------
-    x : array (N, d)
-        Checked data.
-    candidates : tuple of int
-        Checked candidates (distinct, at most N).
-    criteria : sequence of str
-        Keys of :data:`inference.mixture.selection.CRITERIA` (``"J"``, ``"L_map"``,
-        ``"L_stocha"``, ``"bic"``, ``"aic"``, ``"loo"``).
-    covariance : {"full", "diag", "spherical"}
-    rng_key : jax.random key
-    num_restarts : int
-    loo_options : dict, optional
-        Keyword arguments of :func:`inference.mixture.baselines.mixture_loo`.
-    fit_options : dict, optional
-        Keyword arguments of :func:`inference.mixture.em.fit_mixture`.
-    names : dict, optional
-        criterion -> the name the warnings give it (default: the criterion).
-    step : callable, optional
-        Called with a short text after every candidate of every mode (a progress bar).
-
-    Returns
-    -------
-    dict
-        ``{criterion: SelectionResult}`` in the order of ``criteria``; ``choice`` is the
-        candidate of least value (the first of equal ones), None where every candidate is
-        degenerate.
-
-    Warns
-    -----
-    NumericalWarning
-        A candidate whose every restart collapsed (excluded from the choice).
-    """
-    fit_options = dict(fit_options or {})
-    names = dict(names or {})
-    num, dim = x.shape
-    keys = jax.random.split(rng_key, len(candidates))
-    results = {}
-    for mode in dict.fromkeys(YINGYANG_MODES[c] for c in criteria):
-        group = [c for c in criteria if YINGYANG_MODES[c] == mode]
-        if mode == "mcmc":
-            results["loo"] = _loo(x, candidates, keys, covariance, loo_options or {}, step)
-            continue
-        best = {c: [(math.inf, None)] * len(candidates) for c in group}
-        for index, (k, key) in enumerate(zip(candidates, keys, strict=True)):
-            for restart_key in jax.random.split(key, num_restarts):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ConvergenceWarning)
-                    # one start per call: the restarts are this loop's
-                    fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
-                                      rng_key=restart_key, **{"num_restarts": 1, **fit_options})
-                if fit.collapsed:
-                    continue
-                for c in group:
-                    value = _value(c, fit, num, dim)
-                    if value < best[c][index][0]:
-                        best[c][index] = (value, fit)
-            if step is not None:
-                step(f"{mode} k={k}")
-        for c in group:
-            values = tuple(float(v) for v, _ in best[c])
-            degenerate = tuple(k for k, (_, fit) in zip(candidates, best[c], strict=True)
-                               if fit is None)
-            if degenerate:
-                warnings.warn(f"model_selection: for k in {list(degenerate)} every restart of "
-                              f"mode {mode!r} collapsed a component; excluded from "
-                              f"{names.get(c, c)!r}", NumericalWarning, stacklevel=5)
-            choice = (None if len(degenerate) == len(candidates)
-                      else candidates[int(np.argmin(values))])
-            results[c] = SelectionResult(c, candidates, values, choice,
-                                         tuple(fit for _, fit in best[c]), degenerate)
-    return {c: results[c] for c in criteria}
-
-
-def _loo(x, candidates, keys, covariance, options, step=None):
-    """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
-    import arviz as az
-
-    from inference.mixture.baselines import mixture_loo
-
-    values, fits, loos = [], [], {}
-    for k, key in zip(candidates, keys, strict=True):
-        loo = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)  # arviz ELPDData
-        elpd, se, pareto_k = float(loo.elpd_loo), float(loo.se), float(np.max(loo.pareto_k))
-        values.append(-elpd)
-        fits.append((elpd, se, pareto_k))
-        loos[f"k={k}"] = loo
-        if step is not None:
-            step(f"nuts k={k}")
-    choice = candidates[int(np.argmin(values))]
-    table = None
-    if len(loos) > 1:
-        frame = az.compare(loos, ic="loo").loc[list(loos)]
-        table = {name: np.asarray(frame[name], dtype=np.float64) for name in _COMPARE_COLUMNS}
-    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits),
-                           arviz_compare=table)
-
-
-#: The numeric columns of ``arviz.compare`` kept by a ``"loo"`` selection.
-_COMPARE_COLUMNS = ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")
 
 
 class MixtureScorer(Scorer):

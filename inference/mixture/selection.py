@@ -23,9 +23,11 @@ these are among its mixture criteria (``model="mixture"``, ``criteria=("J", "L_m
 "L_stocha", "yy_bic", "yy_aic", "yy_loo")``: BIC, AIC and PSIS-LOO on these fits take
 the prefix ``yy_``, since model_selection's ``"bic"``, ``"aic"`` and ``"loo"`` are per
 example, higher is better, from fits of their own). :func:`compare_criteria` and
-:func:`select_num_components` are thin wrappers of it that keep this module's result,
-:class:`SelectionResult`, one per criterion. The computation
-(:func:`inference.mixture.scorer.yingyang_selection`) fits each mode once per
+:func:`select_num_components` are thin wrappers that keep this module's result,
+:class:`SelectionResult`, one per criterion, over the computation that model_selection
+runs for these criteria, :func:`yingyang_selection` (here, below the application layer
+that model_selection belongs to, so that the family's own functions need not import
+it): the same key gives the same values either way. It fits each mode once per
 candidate k and restart and scores all requested criteria from the same fits. Fits run
 without pruning (the candidate k is the point), and a fit in which a component
 collapsed onto a point or a subspace (likelihood unbounded, held up only by
@@ -43,17 +45,21 @@ Schwarz (1978) for BIC, Akaike (1974) for AIC, Vehtari, Gelman and Gabry (2017) 
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import NamedTuple
 
+import jax
 import numpy as np
+from tqdm.auto import tqdm
 
+from inference.mixture.em import fit_mixture
 from ppl_models import mixture
-from ppl_models.diagnostics import NumericalWarning
+from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import MissingKeyError, check_data, check_positive_int, check_rng_key
 
 __all__ = ["SelectionResult", "CRITERIA", "MODEL_SELECTION_NAMES", "num_parameters",
-           "compare_criteria", "select_num_components"]
+           "compare_criteria", "select_num_components", "yingyang_selection"]
 
 #: The fit every criterion scores: a mode of :func:`inference.mixture.em.fit_mixture`,
 #: or ``"mcmc"`` (NUTS on the program, for ``"loo"``).
@@ -140,6 +146,133 @@ def _check_candidates(candidates):
     return candidates
 
 
+def _value(criterion, fit, num, dim):
+    """The criterion of one fit (lower is better)."""
+    if criterion in ("J", "L_map", "L_stocha"):
+        return getattr(fit, criterion)
+    cov_type = "spherical" if fit.mode == "nearest" else fit.covariance
+    penalty = num_parameters(fit.num_components, dim, cov_type)
+    penalty *= math.log(num) if criterion == "bic" else 2.0
+    return 2 * num * fit.L_stocha + penalty
+
+
+def yingyang_selection(x, candidates, criteria, *, covariance, rng_key, num_restarts,
+                       loo_options=None, fit_options=None, names=None, step=None,
+                       caller="model_selection") -> dict:
+    """The YING-YANG criteria of the candidates k, sharing the fits of each mode.
+
+    The computation behind :func:`inference.model_selection`'s YING-YANG criteria (and so
+    behind :func:`inference.mixture.selection.compare_criteria`): ``rng_key`` is split
+    into one key per candidate, each split into ``num_restarts`` keys that serve every
+    mode (``"loo"``: the candidate's key itself); each restart is one
+    :func:`inference.mixture.em.fit_mixture` call without pruning, and per criterion the
+    best non-collapsed restart counts. A candidate whose every restart collapsed gets the
+    value ``inf``, is listed in ``degenerate`` and warned about.
+
+    Parameters
+    ----------
+    x : array (N, d)
+        Checked data.
+    candidates : tuple of int
+        Checked candidates (distinct, at most N).
+    criteria : sequence of str
+        Keys of :data:`inference.mixture.selection.CRITERIA` (``"J"``, ``"L_map"``,
+        ``"L_stocha"``, ``"bic"``, ``"aic"``, ``"loo"``).
+    covariance : {"full", "diag", "spherical"}
+    rng_key : jax.random key
+    num_restarts : int
+    loo_options : dict, optional
+        Keyword arguments of :func:`inference.mixture.baselines.mixture_loo`.
+    fit_options : dict, optional
+        Keyword arguments of :func:`inference.mixture.em.fit_mixture`.
+    names : dict, optional
+        criterion -> the name the warnings give it (default: the criterion).
+    step : callable, optional
+        Called with a short text after every candidate of every mode (a progress bar).
+    caller : str
+        The function the warnings name.
+
+    Returns
+    -------
+    dict
+        ``{criterion: SelectionResult}`` in the order of ``criteria``; ``choice`` is the
+        candidate of least value (the first of equal ones), None where every candidate is
+        degenerate.
+
+    Warns
+    -----
+    NumericalWarning
+        A candidate whose every restart collapsed (excluded from the choice).
+    """
+    fit_options = dict(fit_options or {})
+    names = dict(names or {})
+    num, dim = x.shape
+    keys = jax.random.split(rng_key, len(candidates))
+    results = {}
+    for mode in dict.fromkeys(CRITERIA[c] for c in criteria):
+        group = [c for c in criteria if CRITERIA[c] == mode]
+        if mode == "mcmc":
+            results["loo"] = _loo(x, candidates, keys, covariance, loo_options or {}, step)
+            continue
+        best = {c: [(math.inf, None)] * len(candidates) for c in group}
+        for index, (k, key) in enumerate(zip(candidates, keys, strict=True)):
+            for restart_key in jax.random.split(key, num_restarts):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    # one start per call: the restarts are this loop's
+                    fit = fit_mixture(x, k, mode=mode, covariance=covariance, prune=False,
+                                      rng_key=restart_key, **{"num_restarts": 1, **fit_options})
+                if fit.collapsed:
+                    continue
+                for c in group:
+                    value = _value(c, fit, num, dim)
+                    if value < best[c][index][0]:
+                        best[c][index] = (value, fit)
+            if step is not None:
+                step(f"{mode} k={k}")
+        for c in group:
+            values = tuple(float(v) for v, _ in best[c])
+            degenerate = tuple(k for k, (_, fit) in zip(candidates, best[c], strict=True)
+                               if fit is None)
+            if degenerate:
+                warnings.warn(f"{caller}: for k in {list(degenerate)} every restart of "
+                              f"mode {mode!r} collapsed a component; excluded from "
+                              f"{names.get(c, c)!r}", NumericalWarning, stacklevel=5)
+            choice = (None if len(degenerate) == len(candidates)
+                      else candidates[int(np.argmin(values))])
+            results[c] = SelectionResult(c, candidates, values, choice,
+                                         tuple(fit for _, fit in best[c]), degenerate)
+    return {c: results[c] for c in criteria}
+
+
+def _loo(x, candidates, keys, covariance, options, step=None):
+    """``"loo"``: minus arviz's PSIS-LOO elpd of NUTS on the program, per candidate."""
+    import arviz as az
+
+    from inference.mixture.baselines import mixture_loo
+
+    values, fits, loos = [], [], {}
+    for k, key in zip(candidates, keys, strict=True):
+        loo = mixture_loo(x, k, rng_key=key, covariance=covariance, **options)  # arviz ELPDData
+        elpd, se, pareto_k = float(loo.elpd_loo), float(loo.se), float(np.max(loo.pareto_k))
+        values.append(-elpd)
+        fits.append((elpd, se, pareto_k))
+        loos[f"k={k}"] = loo
+        if step is not None:
+            step(f"nuts k={k}")
+    choice = candidates[int(np.argmin(values))]
+    table = None
+    if len(loos) > 1:
+        frame = az.compare(loos, ic="loo").loc[list(loos)]
+        table = {name: np.asarray(frame[name], dtype=np.float64) for name in _COMPARE_COLUMNS}
+    return SelectionResult("loo", candidates, tuple(values), choice, tuple(fits),
+                           arviz_compare=table)
+
+
+#: The numeric columns of ``arviz.compare`` kept by a ``"loo"`` selection.
+_COMPARE_COLUMNS = ("rank", "elpd_loo", "p_loo", "elpd_diff", "weight", "se", "dse", "warning")
+
+
 #: compare_criteria's criterion -> its name in :func:`inference.model_selection` (whose
 #: "bic", "aic" and "loo" are other numbers: per example, higher is better).
 MODEL_SELECTION_NAMES = {"J": "J", "L_map": "L_map", "L_stocha": "L_stocha", "bic": "yy_bic",
@@ -151,8 +284,10 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
                      loo_options=None, **fit_kwargs) -> dict:
     """Several criteria over the candidate k, sharing the fits of each mode.
 
-    A wrapper of :func:`inference.model_selection`, the one entry point of model
-    selection: ``compare_criteria(x, ks, criteria=("J", "bic"), rng_key=key)`` is
+    A thin wrapper over the computation of :func:`inference.model_selection`'s
+    YING-YANG criteria (:func:`yingyang_selection`, which both call; model_selection is
+    the one entry point of model selection):
+    ``compare_criteria(x, ks, criteria=("J", "bic"), rng_key=key)`` is
     ``model_selection(x, ks, model="mixture", criteria=("J", "yy_bic"), rng_key=key)``
     (``"bic"``, ``"aic"`` and ``"loo"`` are model_selection's ``"yy_bic"``,
     ``"yy_aic"`` and ``"yy_loo"``: :data:`MODEL_SELECTION_NAMES`), its result given as
@@ -180,7 +315,8 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
         ``num_samples``, ...) for ``"loo"``.
     **fit_kwargs
         Passed to :func:`inference.mixture.em.fit_mixture` (``max_iterations``,
-        ``reg_covar``, ...); ``progress_bar`` shows model_selection's bar over the fits.
+        ``reg_covar``, ...); ``progress_bar`` shows a bar over the candidates of every
+        mode.
 
     Returns
     -------
@@ -204,8 +340,6 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     >>> results["bic"].fits[1].num_components  # the best fit of every candidate is kept
     3
     """
-    from inference.app.selection import model_selection
-
     if isinstance(criteria, str):
         raise TypeError(f"criteria must be a sequence of names among {sorted(CRITERIA)}, not "
                         f"one string; got {criteria!r} (write ({criteria!r},))")
@@ -231,32 +365,22 @@ def compare_criteria(x, candidates, *, criteria=("J", "L_map", "L_stocha", "bic"
     fit_kwargs = dict(fit_kwargs)
     progress_bar = bool(fit_kwargs.pop("progress_bar", False))
     taken = sorted(set(fit_kwargs) & _MODEL_SELECTION_ARGUMENTS)
-    if taken:  # model_selection would take them as its own; fit_mixture has no such options
+    if taken:  # model_selection's own arguments; fit_mixture has no such options
         raise TypeError(f"compare_criteria passes **fit_kwargs to fit_mixture, which takes "
                         f"no {taken}")
-    names = dict.fromkeys(MODEL_SELECTION_NAMES[c] for c in criteria)
-    with warnings.catch_warnings():  # said below, as compare_criteria has always said it
-        warnings.filterwarnings("ignore", r"model_selection: for k in \[", NumericalWarning)
-        result = model_selection(
-            x, candidates, model="mixture", criteria=tuple(names), covariance=covariance,
-            rng_key=rng_key, num_restarts=num_restarts, num_folds=2,
-            progress_bar=progress_bar,
-            options={"loo_options": {"progress_bar": False, **dict(loo_options or {})}},
-            **fit_kwargs)
-    results = {}
-    for mode in dict.fromkeys(CRITERIA[c] for c in criteria):  # the order of the fits
-        for c in (c for c in criteria if CRITERIA[c] == mode):
-            detail = result.details[MODEL_SELECTION_NAMES[c]]
-            degenerate = detail.degenerate
-            if degenerate:
-                warnings.warn(f"compare_criteria: for k in {list(degenerate)} every restart of "
-                              f"mode {mode!r} collapsed a component; excluded from {c!r}",
-                              NumericalWarning, stacklevel=2)
-            if len(degenerate) == len(candidates):
-                raise ValueError(f"every candidate collapsed under {c!r}: the candidates "
-                                 f"{candidates} are too many components for {num} examples")
-            results[c] = _as_selection_result(c, result, detail)
-    return {c: results[c] for c in criteria}
+    modes = dict.fromkeys(CRITERIA[c] for c in criteria)
+    with tqdm(total=len(modes) * len(candidates), desc="compare_criteria",
+              disable=not progress_bar, leave=False) as bar:
+        results = yingyang_selection(
+            x, candidates, criteria, covariance=covariance, rng_key=rng_key,
+            num_restarts=num_restarts, loo_options={"progress_bar": False, **dict(
+                loo_options or {})}, fit_options=fit_kwargs, step=lambda _: bar.update(1),
+            caller="compare_criteria")
+    for c in criteria:
+        if len(results[c].degenerate) == len(candidates):
+            raise ValueError(f"every candidate collapsed under {c!r}: the candidates "
+                             f"{candidates} are too many components for {num} examples")
+    return results
 
 
 #: model_selection's own keyword arguments that are not fit_mixture's.
@@ -266,20 +390,12 @@ _MODEL_SELECTION_ARGUMENTS = frozenset({
     "options", "model_args", "model_kwargs"})
 
 
-def _as_selection_result(criterion, result, detail) -> SelectionResult:
-    """model_selection's result of one YING-YANG criterion as compare_criteria's."""
-    name = MODEL_SELECTION_NAMES[criterion]
-    return SelectionResult(criterion, tuple(result.candidates), tuple(result.values[name]),
-                           result.choice[name], detail.fits, detail.degenerate,
-                           detail.arviz_compare)
-
-
 def select_num_components(x, candidates, *, criterion: str = "J", covariance: str = "full",
                           rng_key, num_restarts: int = 3, **kwargs) -> SelectionResult:
     """Choose the number of components by one criterion (see :func:`compare_criteria`).
 
-    A wrapper of :func:`inference.model_selection`, the one entry point of model
-    selection (through :func:`compare_criteria`): the same as
+    A thin wrapper (through :func:`compare_criteria`) of the computation behind
+    :func:`inference.model_selection`'s YING-YANG criteria: the same as
     ``compare_criteria(x, candidates, criteria=(criterion,), ...)[criterion]``, which
     is model_selection's YING-YANG criterion of that name (``"yy_bic"``, ``"yy_aic"``,
     ``"yy_loo"`` for ``"bic"``, ``"aic"``, ``"loo"``) as a :class:`SelectionResult`.
