@@ -86,8 +86,6 @@ Information Processing (ICONIP'95), 1995, sec. 4.1-4.3 (eq. 13-22), 5.1 (eq. 24)
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -116,13 +114,13 @@ from inference.mixture.checks import (
     data_scale,
     initial_state,
     is_prefix,
-    scaled_smallest_starts,
     take,
 )
 from inference.mixture.criteria import criteria
 from inference.mixture.features import component_log_joint, natural_parameters, quadratic_features
 from inference.mixture.result import MODES, MixtureResult, MixtureTrace
 from inference.mixture.seeding import has_distinct_rows
+from inference.mixture.starts import best_start, engine_keys, stack_states, start_keys
 from inference.mixture.sweep import EMState
 from ppl_models.validation import (
     MissingKeyError,
@@ -345,9 +343,9 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
         padded = (pad_rows(x, rows), jnp.asarray(np.int32(num)))
     starts = [initial_state(x, k, spread, covariance, init, key, init_means, init_weights,
                             init_covariances, weight_rule, reg=scale.reg, padded=padded)
-              for key in _start_keys(rng_key, num_restarts)]
+              for key in start_keys(rng_key, num_restarts)]
     weight_offset = starts[0][1]
-    state = starts[0][0] if num_restarts == 1 else _stack([start for start, _ in starts])
+    state = starts[0][0] if num_restarts == 1 else stack_states([start for start, _ in starts])
     if mesh is not None and (checkpoint_path, checkpoint_every, resume_from) != (None,) * 3:
         raise ValueError("checkpoint_path/checkpoint_every/resume_from: checkpoints need the "
                          f"single-device fit; got devices={devices!r}, mesh={mesh!r}")
@@ -368,10 +366,10 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     algorithm = em_algorithm(mode=mode, covariance=covariance, prune=prune, block=block,
                              num=None if bucket else num)
     states = initial_states(state, labels=rows if mode != "stochastic" else 1)
-    fitted = run(algorithm, states, data, params, keys=_keys(num_restarts),
+    fitted = run(algorithm, states, data, params, keys=engine_keys(num_restarts),
                  max_iterations=max_iterations, tol=tol, mesh=mesh, checkpoint=checkpoint,
                  progress_bar=progress_bar)
-    best = 0 if num_restarts == 1 else _best_start(fitted.state, scale, mode=mode,
+    best = 0 if num_restarts == 1 else best_start(fitted.state, scale, mode=mode,
                                                    prune=prune)
     final, trace, it, done = select(fitted, best)
     state = EMState(final.weights, final.means, final.covariances, final.active)
@@ -418,41 +416,5 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
 DEFAULT_RESTARTS = 10
 
 
-@functools.cache
-def _keys(num_restarts=1):
-    """The engine's keys of the starts (the fit draws nothing at random once started)."""
-    return jax.random.split(jax.random.key(0), num_restarts)
-
-
-def _start_keys(rng_key, num_restarts):
-    """The keys of the starts' means: ``rng_key`` itself first (the single-start fit),
-    then keys split off ``fold_in(rng_key, 1)``; Nones without a key (``init_means``)."""
-    if rng_key is None:
-        return [None] * num_restarts
-    if num_restarts == 1:
-        return [rng_key]
-    return [rng_key, *jax.random.split(jax.random.fold_in(rng_key, 1), num_restarts - 1)]
-
-
-@jax.jit
-def _stack_jit(states):
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
-
-
-def _stack(states):
-    """The padded starts as one state with a leading axis of starts."""
-    return _stack_jit(tuple(states))
-
-
-def _best_start(states, scale, *, mode, prune):
-    """Index of the start with the lowest final objective, among those without a
-    collapsed component when any (``prune=False``; pruned fits have none)."""
-    objective = np.asarray(states.objective, np.float64)
-    objective = np.where(np.isfinite(objective), objective, np.inf)
-    if not prune and mode != "nearest":
-        smallest = np.asarray(scaled_smallest_starts(
-            states.covariances, jnp.asarray(scale.inv_scale, states.covariances.dtype)))
-        healthy = ~np.any((smallest < scale.floor) & np.asarray(states.active), axis=1)
-        if healthy.any():
-            objective = np.where(healthy, objective, np.inf)
-    return int(np.argmin(objective))
+#: The starts' helpers under their former names here (:mod:`inference.mixture.starts`).
+_keys, _start_keys, _stack, _best_start = engine_keys, start_keys, stack_states, best_start

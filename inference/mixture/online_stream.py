@@ -20,7 +20,7 @@ from inference.engine.protocol import follows_protocol
 from inference.engine.streaming import batches
 from inference.mixture import online as mixture_online
 from inference.mixture.online_passes import batch_step
-from inference.mixture.stream import distinct_rows
+from inference.mixture.seeding import distinct_rows
 from ppl_models.diagnostics import NumericalWarning
 from ppl_models.validation import (
     MissingKeyError,

@@ -241,3 +241,11 @@ def has_distinct_rows(x, k):
     return prefix.shape[0] < x.shape[0] and np.unique(x, axis=0).shape[0] >= k
 
 
+def distinct_rows(rows, k):
+    """Up to k distinct rows of ``rows``; sorts a prefix first (4 k rows, at least 1024),
+    all rows only when the prefix has fewer than k
+    (:func:`has_distinct_rows`)."""
+    found = np.unique(rows[:max(4 * k, 1024)], axis=0)
+    if found.shape[0] < k and rows.shape[0] > max(4 * k, 1024):
+        found = np.unique(rows, axis=0)
+    return found[:k]

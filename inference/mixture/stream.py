@@ -57,7 +57,7 @@ import numpy as np
 
 from inference.engine import StatisticsAlgorithm, host, select
 from inference.engine.passes import run_passes
-from inference.engine.streaming import Pass, batches, merge_moments
+from inference.engine.streaming import Pass, batches, check_rows, merge_moments
 from inference.mixture.algorithm import EMInfo, MixtureState, initial_states, settled
 from inference.mixture.checks import (
     check_end,
@@ -69,6 +69,8 @@ from inference.mixture.checks import (
 from inference.mixture.features import feature_width, kind_of, quadratic_features
 from inference.mixture.mstep import finish_m_step, moment_form
 from inference.mixture.result import MixtureResult, MixtureTrace
+from inference.mixture.seeding import distinct_rows
+from inference.mixture.starts import best_start, engine_keys, stack_states, start_keys
 from inference.mixture.sweep import (
     EMState,
     block_responsibilities,
@@ -224,12 +226,6 @@ def update(state, stats, params, *, mode, covariance, block, prune):
 _eta_jit = jax.jit(_eta, static_argnames=("mode", "covariance"))
 
 
-@functools.cache
-def _keys(num_restarts=1):
-    """The engine's keys of the starts (the fit draws nothing at random once started)."""
-    return jax.random.split(jax.random.key(0), num_restarts)
-
-
 def stream_algorithm(*, mode, covariance, block, prune) -> StatisticsAlgorithm:
     """The streamed EM as the engine's :class:`~inference.engine.StatisticsAlgorithm`."""
     return StatisticsAlgorithm(batch_statistics, update, options=(
@@ -288,22 +284,6 @@ def _first_pass(source, k):
             rows = batch if distinct is None else np.concatenate([distinct, batch])
             distinct = distinct_rows(np.asarray(rows), k)
     return count, mean, m2 / count, first, distinct.shape[0]
-
-
-def distinct_rows(rows, k):
-    """Up to k distinct rows of ``rows``; sorts a prefix first (4 k rows, at least 1024),
-    all rows only when the prefix has fewer than k
-    (``inference.mixture.seeding.has_distinct_rows``)."""
-    found = np.unique(rows[:max(4 * k, 1024)], axis=0)
-    if found.shape[0] < k and rows.shape[0] > max(4 * k, 1024):
-        found = np.unique(rows, axis=0)
-    return found[:k]
-
-
-def _checked_rows(count, expected, name, what):
-    if count != expected:
-        raise ValueError(f"{name} changed between passes: the {what} pass read {count} rows, "
-                         f"the first pass {expected}")
 
 
 def fit_mixture_stream(source, num_components: int, *, mode: str = "stochastic",
@@ -438,14 +418,12 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
             and distinct_rows(np.asarray(first), k).shape[0] < k):
         raise ValueError(f"the first batch of source has fewer than num_components={k} "
                          "distinct rows to seed from; pass init_means or larger batches")
-    from inference.mixture import em  # fit_mixture's starts and choice (em imports us)
-
     seed_x = jnp.asarray(np.asarray(first, dtype))
     starts = [initial_state(seed_x, k, spread, covariance, init, key, init_means, init_weights,
                             init_covariances, weight_rule, reg=scale.reg)
-              for key in em._start_keys(rng_key, num_restarts)]
+              for key in start_keys(rng_key, num_restarts)]
     weight_offset = starts[0][1]
-    state = starts[0][0] if num_restarts == 1 else em._stack([start for start, _ in starts])
+    state = starts[0][0] if num_restarts == 1 else stack_states([start for start, _ in starts])
     kind = kind_of(covariance)
     block = block_rows(first.shape[0], feature_width(kind, dim))
     params = StreamParams(shift, *(jnp.asarray(value, dtype) for value in (
@@ -453,12 +431,12 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
     states = initial_states(state, labels=1)
     fitted = run_passes(stream_algorithm(mode=mode, covariance=covariance, block=block,
                                          prune=prune),
-                        states, data, params, keys=_keys(num_restarts),
+                        states, data, params, keys=engine_keys(num_restarts),
                         max_iterations=max_iterations, tol=tol, dtype=dtype, block=block,
                         progress_bar=progress_bar)
     best, restart_objectives = 0, None
     if num_restarts > 1:
-        best = em._best_start(fitted.state, scale, mode=mode, prune=prune)
+        best = best_start(fitted.state, scale, mode=mode, prune=prune)
         restart_objectives = fitted.state.objective
     final, trace, iterations, done = select(fitted, best)
     done = bool(done)
@@ -484,7 +462,7 @@ def _fit_passes(data, num, mean, variance, first, distinct, k, mode, covariance,
         if return_labels:
             labels_parts.append(np.asarray(nearest if mode == "nearest" else labels)[:count])
         rows_seen += count
-    _checked_rows(rows_seen, num, "source", "criteria")
+    check_rows(rows_seen, num, "criteria")
     sum_log_px, sum_top, sum_squared, label_counts = sums
     hard = label_counts / num
     l_map = (-sum_top / num
