@@ -56,10 +56,13 @@ def _plain(value):
     return value
 
 
-def _lower_is_better() -> frozenset:
-    from inference.app.selection_scoring import LOWER_IS_BETTER
-
-    return LOWER_IS_BETTER
+#: The YING-YANG criteria (Xu 1995; the mixture's ``compare_criteria``), each on its own
+#: scale, lower is better: criterion -> what its value is (a figure's axis label).
+YINGYANG = {"J": "J(k) = log k + (d/2) log E_MSE", "L_map": "hard-cut free energy per example",
+            "L_stocha": "minus mean log-likelihood", "yy_bic": "-2 log L + p log N",
+            "yy_aic": "-2 log L + 2 p", "yy_loo": "minus PSIS-LOO elpd (nats)"}
+#: The criteria whose least value is best (every other one: the largest).
+LOWER_IS_BETTER = frozenset(YINGYANG)
 
 
 class ModelSelectionResult(NamedTuple):
@@ -142,7 +145,7 @@ class ModelSelectionResult(NamedTuple):
     def direction(criterion: str) -> str:
         """``"max"`` where the criterion's largest value is best, ``"min"`` where its least
         is (the YING-YANG criteria)."""
-        return "min" if criterion in _lower_is_better() else "max"
+        return "min" if criterion in LOWER_IS_BETTER else "max"
 
     @property
     def compare_table(self):

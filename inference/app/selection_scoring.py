@@ -26,7 +26,7 @@ import jax
 import numpy as np
 
 from inference.app.selection_checks import chains_reason, evidence_gap_reason, pareto_reason
-from inference.app.selection_result import candidate_name
+from inference.app.selection_result import LOWER_IS_BETTER, YINGYANG, candidate_name
 from inference.app.selection_rules import argmax, folds, one_se_choice
 
 __all__ = ["CRITERIA", "YINGYANG", "YINGYANG_FITS", "LOWER_IS_BETTER", "LOO_MAX_SIZE",
@@ -34,16 +34,9 @@ __all__ = ["CRITERIA", "YINGYANG", "YINGYANG_FITS", "LOWER_IS_BETTER", "LOO_MAX_
            "direction", "note_excluded_above", "score_candidates", "loo_and_waic",
            "evidence_criterion", "yingyang_criteria"]
 
-#: The YING-YANG criteria (Xu 1995; the mixture's ``compare_criteria``), each on its own
-#: scale, lower is better: criterion -> what its value is (a figure's axis label).
-YINGYANG = {"J": "J(k) = log k + (d/2) log E_MSE", "L_map": "hard-cut free energy per example",
-            "L_stocha": "minus mean log-likelihood", "yy_bic": "-2 log L + p log N",
-            "yy_aic": "-2 log L + 2 p", "yy_loo": "minus PSIS-LOO elpd (nats)"}
 #: The fit behind each YING-YANG criterion (the criteria of one fit share its runs).
 YINGYANG_FITS = {"J": "k-means", "L_map": "hard-cut EM", "L_stocha": "EM", "yy_bic": "EM",
                  "yy_aic": "EM", "yy_loo": "NUTS"}
-#: The criteria whose least value is best (every other one: the largest).
-LOWER_IS_BETTER = frozenset(YINGYANG)
 #: Every criterion, in table order (each family supports a subset).
 CRITERIA = ("vb", "cv", "train", "bic", "aic", "loo", "waic", "evidence", "laplace",
             "pca_mle", *YINGYANG)
