@@ -147,6 +147,7 @@ from inference.engine.loop import _run_jit as _engine_loop  # noqa: E402
 from inference.engine.reporting import jsonable  # noqa: E402
 from inference.mixture import algorithm as mixture_algorithm  # noqa: E402
 from inference.mixture import em as mixture_fit  # noqa: E402
+from inference.mixture.checks import data_scale  # noqa: E402
 from inference.mixture.features import project  # noqa: E402
 
 
@@ -157,8 +158,10 @@ def run_em(x, state, tol, reg_covar, min_count, variance_floor, weight_offset, *
     num, dim = x.shape
     block, rows = mixture_algorithm.layout(num, dim, covariance)
     data, shift = mixture_algorithm.prepare(x, covariance=covariance, block=block, rows=rows)
+    # The collapse test's per-coordinate scale, as fit_mixture computes it for this x.
+    inv_scale = data_scale(x, covariance, reg_covar, 0.0).inv_scale
     params = mixture_algorithm.Params(shift, *(jnp.asarray(v, x.dtype) for v in (
-        tol, reg_covar, min_count, variance_floor, weight_offset)))
+        tol, reg_covar, min_count, variance_floor, weight_offset, inv_scale)))
     algorithm = mixture_algorithm.em_algorithm(mode=mode, covariance=covariance, prune=prune,
                                                block=block, num=num)
     states = mixture_algorithm.initial_states(state, labels=rows if mode != "stochastic" else 1)
