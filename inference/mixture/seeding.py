@@ -33,20 +33,25 @@ def kmeans_plus_plus(rng_key, x, k, num=None):
     keys = jax.random.split(rng_key, k)
     if num is not None:
         return _kmeans_plus_plus_masked(keys, x, jnp.asarray(num, jnp.int32))
-    first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
-    centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
+    return _kmeans_plus_plus_loop(keys, x, *_first_centre(keys, x, None))
+
+
+def _first_centre(keys, x, num):
+    """The first of the ``keys.shape[0]`` centres, drawn uniformly among the examples
+    (the first ``num`` rows, or all), and every row's squared distance to it (0 for a
+    padded row): ``(centres, nearest)``."""
+    first = x[jax.random.randint(keys[0], (), 0, x.shape[0] if num is None else num)]
+    centres = jnp.zeros((keys.shape[0], x.shape[1]), x.dtype).at[0].set(first)
     nearest = jnp.sum((x - first) ** 2, axis=1)
-    return _kmeans_plus_plus_loop(keys, x, centres, nearest)
+    if num is not None:
+        nearest = jnp.where(jnp.arange(x.shape[0]) < num, nearest, 0.0)
+    return centres, nearest
 
 
 @jax.jit
 def _kmeans_plus_plus_masked(keys, x, num):
     """:func:`kmeans_plus_plus` on the first ``num`` rows of the padded x."""
-    first = x[jax.random.randint(keys[0], (), 0, num)]
-    centres = jnp.zeros((keys.shape[0], x.shape[1]), x.dtype).at[0].set(first)
-    valid = jnp.arange(x.shape[0]) < num
-    nearest = jnp.where(valid, jnp.sum((x - first) ** 2, axis=1), 0.0)
-    return _kmeans_plus_plus_loop(keys, x, centres, nearest)
+    return _kmeans_plus_plus_loop(keys, x, *_first_centre(keys, x, num))
 
 
 @jax.jit
@@ -93,13 +98,11 @@ def kmeans_start(rng_key, x, k, reg, max_iterations=100, num=None):
     return _lloyd(x, seeds, jnp.asarray(reg, x.dtype), max_iterations=max_iterations)
 
 
-@functools.partial(jax.jit, static_argnames=("num_trials",))
-def _greedy_kmeans_plus_plus(keys, x, *, num_trials):
-    """Greedy k-means++ centres (:func:`kmeans_start`): one key per centre."""
+def _greedy_centres(keys, x, num, num_trials):
+    """Greedy k-means++ centres (:func:`kmeans_start`), one key per centre; ``num``: the
+    examples are the first ``num`` rows (traced) of a padded x, or None for all rows."""
     k = keys.shape[0]
-    first = x[jax.random.randint(keys[0], (), 0, x.shape[0])]
-    centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
-    nearest = jnp.sum((x - first) ** 2, axis=1)
+    centres, nearest = _first_centre(keys, x, num)
 
     def body(i, carry):
         centres, nearest = carry
@@ -114,86 +117,40 @@ def _greedy_kmeans_plus_plus(keys, x, *, num_trials):
     return centres
 
 
-@functools.partial(jax.jit, static_argnames=("max_iterations",))
-def _lloyd(x, means, reg, *, max_iterations):
-    """Lloyd's iterations from ``means`` and the clusters' moments (:func:`kmeans_start`)."""
-    k, dim = means.shape
-    centre = jnp.mean(x, axis=0)
-    z = x - centre  # centred: the moments below lose fewer digits
-
-    def assign(means):
-        distance = (jnp.sum(means * means, axis=1)[None, :] - 2.0 * z @ means.T)
-        return jnp.argmin(distance, axis=1)
-
-    def update(labels, means):
-        one_hot = jax.nn.one_hot(labels, k, dtype=x.dtype)
-        counts = jnp.sum(one_hot, axis=0)
-        sums = one_hot.T @ z
-        return counts, jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None],
-                                 means)
-
-    def cond(carry):
-        i, labels, previous, _ = carry
-        return (i < max_iterations) & jnp.any(labels != previous)
-
-    def body(carry):
-        i, labels, _, means = carry
-        _, means = update(labels, means)
-        return i + 1, assign(means), labels, means
-
-    means = means - centre
-    labels = assign(means)
-    _, labels, _, means = jax.lax.while_loop(
-        cond, body, (0, labels, jnp.full_like(labels, -1), means))
-    counts, means = update(labels, means)
-    one_hot = jax.nn.one_hot(labels, k, dtype=x.dtype)
-    residual = z[:, None, :] - means[None, :, :]
-    scatter = jnp.einsum("nk,nki,nkj->kij", one_hot, residual, residual)
-    fallback = jnp.diag(jnp.var(x, axis=0) / k)
-    cov = jnp.where((counts >= 2)[:, None, None],
-                    scatter / jnp.maximum(counts, 1.0)[:, None, None], fallback)
-    cov = cov + reg * jnp.eye(dim, dtype=x.dtype)
-    weights = jnp.maximum(counts, 1.0) / jnp.sum(jnp.maximum(counts, 1.0))
-    return weights, means + centre, cov
+@functools.partial(jax.jit, static_argnames=("num_trials",))
+def _greedy_kmeans_plus_plus(keys, x, *, num_trials):
+    """Greedy k-means++ centres (:func:`kmeans_start`): one key per centre."""
+    return _greedy_centres(keys, x, None, num_trials)
 
 
 @functools.partial(jax.jit, static_argnames=("num_trials",))
 def _greedy_kmeans_plus_plus_masked(keys, x, num, *, num_trials):
     """:func:`_greedy_kmeans_plus_plus` on the first ``num`` rows (traced) of the padded x."""
-    k = keys.shape[0]
-    valid = jnp.arange(x.shape[0]) < num
-    first = x[jax.random.randint(keys[0], (), 0, num)]
-    centres = jnp.zeros((k, x.shape[1]), x.dtype).at[0].set(first)
-    nearest = jnp.where(valid, jnp.sum((x - first) ** 2, axis=1), 0.0)
-
-    def body(i, carry):
-        centres, nearest = carry
-        p = nearest / jnp.maximum(jnp.sum(nearest), 1e-30)
-        picks = jax.random.choice(keys[i], x.shape[0], (num_trials,), p=p)
-        candidates = jnp.minimum(nearest[None, :], jnp.sum(
-            (x[None, :, :] - x[picks][:, None, :]) ** 2, axis=2))
-        best = jnp.argmin(jnp.sum(candidates, axis=1))
-        return centres.at[i].set(x[picks[best]]), candidates[best]
-
-    centres, _ = jax.lax.fori_loop(1, k, body, (centres, nearest))
-    return centres
+    return _greedy_centres(keys, x, num, num_trials)
 
 
-@functools.partial(jax.jit, static_argnames=("max_iterations",))
-def _lloyd_masked(x, means, reg, num, *, max_iterations):
-    """:func:`_lloyd` on the first ``num`` rows (traced) of the padded x."""
+def _lloyd_fit(x, means, reg, num, max_iterations):
+    """Lloyd's iterations from ``means`` and the clusters' moments (:func:`kmeans_start`);
+    ``num``: the examples are the first ``num`` rows (traced) of a padded x (no cluster
+    holds a padded row), or None for all rows."""
     k, dim = means.shape
-    valid = (jnp.arange(x.shape[0]) < num)[:, None]
-    count = num.astype(x.dtype)
-    centre = jnp.sum(jnp.where(valid, x, 0.0), axis=0) / count
-    z = jnp.where(valid, x - centre, 0.0)  # centred: the moments below lose fewer digits
+    if num is None:
+        valid = None
+        centre = jnp.mean(x, axis=0)
+        z = x - centre  # centred: the moments below lose fewer digits
+    else:
+        valid = (jnp.arange(x.shape[0]) < num)[:, None]
+        count = num.astype(x.dtype)
+        centre = jnp.sum(jnp.where(valid, x, 0.0), axis=0) / count
+        z = jnp.where(valid, x - centre, 0.0)
 
     def assign(means):
         distance = (jnp.sum(means * means, axis=1)[None, :] - 2.0 * z @ means.T)
         return jnp.argmin(distance, axis=1)
 
-    def one_hot_of(labels):  # no cluster holds a padded row
-        return jnp.where(valid, jax.nn.one_hot(labels, k, dtype=x.dtype), 0.0)
+    def one_hot_of(labels):
+        one_hot = jax.nn.one_hot(labels, k, dtype=x.dtype)
+        return one_hot if valid is None else jnp.where(valid, one_hot, 0.0)
 
     def update(labels, means):
         one_hot = one_hot_of(labels)
@@ -204,7 +161,9 @@ def _lloyd_masked(x, means, reg, num, *, max_iterations):
 
     def cond(carry):
         i, labels, previous, _ = carry
-        return (i < max_iterations) & jnp.any((labels != previous) & valid[:, 0])
+        changed = labels != previous
+        return (i < max_iterations) & jnp.any(changed if valid is None
+                                               else changed & valid[:, 0])
 
     def body(carry):
         i, labels, _, means = carry
@@ -219,13 +178,26 @@ def _lloyd_masked(x, means, reg, num, *, max_iterations):
     one_hot = one_hot_of(labels)
     residual = z[:, None, :] - means[None, :, :]
     scatter = jnp.einsum("nk,nki,nkj->kij", one_hot, residual, residual)
-    variance = jnp.sum(z * z, axis=0) / count  # the data's variance (z is centred)
+    # the data's variance (z is centred over the examples)
+    variance = jnp.var(x, axis=0) if valid is None else jnp.sum(z * z, axis=0) / count
     fallback = jnp.diag(variance / k)
     cov = jnp.where((counts >= 2)[:, None, None],
                     scatter / jnp.maximum(counts, 1.0)[:, None, None], fallback)
     cov = cov + reg * jnp.eye(dim, dtype=x.dtype)
     weights = jnp.maximum(counts, 1.0) / jnp.sum(jnp.maximum(counts, 1.0))
     return weights, means + centre, cov
+
+
+@functools.partial(jax.jit, static_argnames=("max_iterations",))
+def _lloyd(x, means, reg, *, max_iterations):
+    """Lloyd's iterations from ``means`` and the clusters' moments (:func:`kmeans_start`)."""
+    return _lloyd_fit(x, means, reg, None, max_iterations)
+
+
+@functools.partial(jax.jit, static_argnames=("max_iterations",))
+def _lloyd_masked(x, means, reg, num, *, max_iterations):
+    """:func:`_lloyd` on the first ``num`` rows (traced) of the padded x."""
+    return _lloyd_fit(x, means, reg, num, max_iterations)
 
 
 def has_distinct_rows(x, k):
