@@ -46,8 +46,18 @@ import jax.numpy as jnp
 from inference.engine.checkpoint import svi_ready, svi_start
 from inference.engine.loop import Algorithm, run
 
-__all__ = ["SVIFit", "SVIInfo", "SVIProblem", "svi_init", "svi_parameters", "svi_ready_problem",
-           "svi_step", "svi_update"]
+__all__ = ["SVIFit", "SVIInfo", "SVIProblem", "best_svi_start", "svi_init", "svi_parameters",
+           "svi_ready_problem", "svi_step", "svi_update"]
+
+
+def best_svi_start(fitted, num_examples, num_restarts):
+    """The kept start of SVI runs side by side (the "best of" rule): ``(index, final loss
+    per example of every start)``, the index of the least finite final loss; ``(0, None)``
+    for one start."""
+    if num_restarts == 1:
+        return 0, None
+    finals = fitted.trace.objective[:, -1] / num_examples
+    return int(jnp.argmin(jnp.where(jnp.isfinite(finals), finals, jnp.inf))), finals
 
 
 class SVIProblem(NamedTuple):

@@ -68,7 +68,7 @@ from numpyro.infer import SVI, TraceEnum_ELBO
 from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.protocol import follows_protocol
-from inference.engine.svi import SVIFit, SVIProblem
+from inference.engine.svi import SVIFit, SVIProblem, best_svi_start
 from inference.mcvq import core
 from inference.mcvq import em as mcvq_fit
 from inference.mcvq.scoring import check_enumerable, check_scored_inputs
@@ -302,11 +302,7 @@ def _fit(x, num_vqs, num_states, *, mask, rng_key, num_steps, learning_rate, var
     fit = SVIFit(_make, caller, (("meanfield", meanfield), ("num_steps", num_steps)))
     fitted = fit.run(keys, data, params, num_steps=num_steps, starts=starts,
                      progress_bar=progress_bar, checkpoint=checkpoint)
-    best, restart_objectives = 0, None
-    if num_restarts > 1:
-        restart_objectives = fitted.trace.objective[:, -1] / num
-        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
-                                        jnp.inf)))
+    best, restart_objectives = best_svi_start(fitted, num, num_restarts)
     states, losses = fitted.state, fitted.trace.objective[best]
     values, final = jax.tree.map(lambda leaf: leaf[best], fit.read(states, data, params,
                                                                    _parameters_and_loss))

@@ -23,7 +23,7 @@ from numpyro.infer.autoguide import AutoDelta
 from inference.engine.checkpoint import checkpointing
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.protocol import follows_protocol
-from inference.engine.svi import SVIFit, SVIProblem
+from inference.engine.svi import SVIFit, SVIProblem, best_svi_start
 from inference.mixture.baselines_common import (
     FINAL_FRACTION,
     check_common,
@@ -267,11 +267,7 @@ def fit_mixture_svi(x, num_components: int, *, rng_key, covariance: str = "full"
     params = (init_values, learning_rate_value, prior_scale_value)
     fitted = fit.run(jnp.stack(runs), (x,), params, num_steps=num_steps, starts=starts,
                      progress_bar=progress_bar, checkpoint=checkpoint)
-    best, restart_objectives = 0, None
-    if num_restarts > 1:
-        restart_objectives = fitted.trace.objective[:, -1] / num
-        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
-                                        jnp.inf)))
+    best, restart_objectives = best_svi_start(fitted, num, num_restarts)
     sites, log_prior = jax.block_until_ready(jax.tree.map(
         lambda leaf: leaf[best], fit.read(fitted.state, (x,), params, _sites_and_prior)))
     losses = fitted.trace.objective[best]

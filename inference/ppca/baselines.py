@@ -41,7 +41,7 @@ from inference.engine.inference_data import NUTSDraws, nuts_draws, to_inference_
 from inference.engine.mcmc import run_nuts
 from inference.engine.persistence import register_renamed_fields, wrap_trace
 from inference.engine.protocol import follows_protocol, sampler_protocol
-from inference.engine.svi import SVIFit, SVIProblem
+from inference.engine.svi import SVIFit, SVIProblem, best_svi_start
 from ppl_models import ppca
 from ppl_models.diagnostics import ConvergenceWarning, NumericalWarning
 from ppl_models.validation import (
@@ -213,11 +213,7 @@ def fit_ppca_svi(x, num_components: int, *, rng_key, num_steps: int = 2000,
     params = (inits[0], jnp.asarray(learning_rate, x.dtype))
     fitted = fit.run(jnp.stack([key_run for _, key_run in key_pairs]), (x,), params,
                      num_steps=num_steps, starts=starts, progress_bar=progress_bar)
-    best, restart_objectives = 0, None
-    if num_restarts > 1:
-        restart_objectives = fitted.trace.objective[:, -1] / x.shape[0]
-        best = int(jnp.argmin(jnp.where(jnp.isfinite(restart_objectives), restart_objectives,
-                                        jnp.inf)))
+    best, restart_objectives = best_svi_start(fitted, x.shape[0], num_restarts)
     sites = jax.tree.map(lambda leaf: leaf[best], jax.block_until_ready(
         fit.read(fitted.state, (x,), params, _svi_sites)))
     losses = fitted.trace.objective[best]
