@@ -70,7 +70,8 @@ RUN_TIMES: dict[str, RunTime] = {
                               "`ppl-zoo reproduce --full`, the examples' full sizes"),
     "selection_study": RunTime("about a day",
                                "the complete model-selection study (300 rows) on two cores"),
-    "slow_tests": RunTime("about 50 minutes", "the long tests, `pytest -m slow`"),
+    # 2186 s in the fresh-clone .ci/run of 29 November 2026 (2409 s the day before)
+    "slow_tests": RunTime("about 36 minutes", "the long tests, `pytest -m slow`"),
 }
 
 
