@@ -138,3 +138,14 @@ def test_the_stream_fits_take_a_progress_bar(x):
         mcvq = inference.fit_mcvq_stream(_stream(x), 2, 2, rng_key=KEY, max_iterations=2,
                                          progress_bar=True)
     assert mixture.num_iterations >= 1 and mcvq.num_iterations >= 1
+
+
+def test_fit_mixture_passes_its_restarts_to_the_stream_fit(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        ours = inference.fit_mixture(_stream(x), 3, rng_key=KEY, num_restarts=3,
+                                     max_iterations=4)
+        direct = inference.fit_mixture_stream(_stream(x), 3, rng_key=KEY, num_restarts=3,
+                                              max_iterations=4, init="kmeans")
+    assert np.asarray(ours.restart_objectives).shape == (3,)
+    np.testing.assert_array_equal(np.asarray(ours.means), np.asarray(direct.means))

@@ -259,7 +259,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     batches (:func:`inference.mixture.stream.fit_mixture_stream`): the same algorithm and
     result, except that ``labels`` is None (call that function with
     ``return_labels=True`` for them). Streams are not split over devices and run one start
-    (``init="kmeans++"`` by default: k-means++ seeds from the first batch).
+    unless ``num_restarts`` says more (``init="kmeans++"`` by default: k-means++ seeds from
+    the first batch).
 
     Returns
     -------
@@ -281,9 +282,6 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
     check_options(mode, covariance, weight_rule, prune, init)
 
     if is_stream(x):
-        if num_restarts not in (None, 1):
-            raise ValueError("num_restarts applies to an in-memory x; a stream of batches "
-                             f"is fitted from one start (got num_restarts={num_restarts!r})")
         if devices is not None or mesh is not None:
             raise ValueError("devices= and mesh= apply to an in-memory x, not to a stream "
                              f"of batches; got devices={devices!r}, mesh={mesh!r}")
@@ -295,7 +293,8 @@ def fit_mixture(x, num_components: int, *, mode: str = "stochastic", covariance:
             rng_key=rng_key, init=init, init_means=init_means, init_weights=init_weights,
             init_covariances=init_covariances, max_iterations=max_iterations, tol=tol,
             reg_covar=reg_covar, min_count=min_count, variance_threshold=variance_threshold,
-            weight_rule=weight_rule, batch_size=batch_size)
+            weight_rule=weight_rule, batch_size=batch_size,
+            num_restarts=1 if num_restarts is None else num_restarts, progress_bar=progress_bar)
     if batch_size is not None:
         raise ValueError(f"batch_size applies to a stream of batches; x is one array "
                          f"(got batch_size={batch_size!r})")
