@@ -220,25 +220,16 @@ def pytest_unconfigure(config):
             os.environ["PPL_ZOO_CACHE_DIR"] = previous
 
 
-#: Modules a worker runs between two drops of JAX's compiled programs.
-RELEASE_EVERY = int(os.environ.get("PPL_ZOO_RELEASE_EVERY", "1"))
-_modules_since_release = 0
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drop JAX's compiled programs after every :data:`RELEASE_EVERY` test modules.
+    """Drop JAX's compiled programs after every test module.
 
     The default run compiles thousands of programs in one process; keeping them all
     alive made a late compilation crash (a segmentation fault inside XLA) once the
     suite grew past about 750 tests.
     """
-    global _modules_since_release
     yield
-    _modules_since_release += 1
-    if _modules_since_release >= RELEASE_EVERY:
-        _modules_since_release = 0
-        jax.clear_caches()
+    jax.clear_caches()
 
 
 @pytest.fixture(scope="session")
