@@ -71,7 +71,7 @@ RUN_TIMES: dict[str, RunTime] = {
     "selection_study": RunTime("about a day",
                                "the complete model-selection study (300 rows) on two cores"),
     # 2186 s in the fresh-clone .ci/run of 29 November 2026 (2409 s the day before)
-    "slow_tests": RunTime("about 36 minutes", "the long tests, `pytest -m slow`"),
+    "slow_tests": RunTime("about 27 minutes", "the long tests, `pytest -m slow`"),
 }
 
 
