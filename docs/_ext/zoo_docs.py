@@ -325,7 +325,7 @@ def reproduction_page(summary_data: dict, figures_dir: Path | None = FIGURES) ->
              "*differs* (by how much is in the row), *not checked* (the run was too small "
              "to test it), *failed* (the example did not finish). Each experiment is an "
              "example script of the :ref:`gallery`; run them all with ``ppl-zoo reproduce "
-             "--full`` (about an hour on two cores) and compare with this run by "
+             "--full`` (about 20 minutes on two cores) and compare with this run by "
              "``--compare findings.json``.", ""]
     lines += list_table(("experiment", "paper", "time", "verdicts"), [
         (f":ref:`repro-{r['name']}`", escape(r["section"]), _minutes(r["seconds"]),

@@ -14,7 +14,8 @@ arguments are the examples' defaults (the papers' sizes as far as the examples r
 them), except the model-selection study's: its complete grid (300 rows, about a day of
 compute on 2 cores) is the study runner's work (``ppl-zoo study run
 examples/studies/selection.toml``), and ``reproduce --full`` runs a bounded part of it
-(:data:`SELECTION_STUDY_FULL_ARGS`), so that the whole full run takes about an hour.
+(:data:`SELECTION_STUDY_FULL_ARGS`), so that the whole full run takes about 20 minutes on
+two quiet cores (an hour on busy ones).
 """
 
 from __future__ import annotations
