@@ -157,6 +157,7 @@ XLA_DEFAULTS_FILES = frozenset({
     "tests/test_em_example.py",
     "tests/test_examples.py",
     "tests/test_gvq_constraints.py",
+    "tests/test_golden.py",  # recorded with XLA's defaults and compared exactly
     "tests/test_gvq_learning.py",
     "tests/test_mcvq_collapsed.py",
     "tests/test_numpyro_baselines.py",

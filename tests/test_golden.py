@@ -37,10 +37,11 @@ numbers (and say so in its commit message)::
 
 The test itself never writes. Almost all the time goes into compiling (every case is a
 new program), so the default run keeps only the two cheap cases of :data:`DEFAULT_RUN`
-(a check that the recordings load and compare); every other case is marked slow and
-``xla_defaults`` and runs in the slow run (about six minutes of CPU time) with XLA's
-default compiler options, those they were recorded with (at the LLVM level 0 of the
-other runs, tests/conftest.py, most cases differ in the last bits). After every refactor step run
+(a check that the recordings load and compare); every other case is marked slow, and
+``xla_defaults`` by ``XLA_DEFAULTS_FILES`` in tests/conftest.py, and runs in the slow
+run (about six minutes of CPU time) with XLA's default compiler options, those they were
+recorded with (at the LLVM level 0 of the other runs most cases differ in the last
+bits). After every refactor step run
 them all::
 
     JAX_PLATFORMS=cpu pytest tests/test_golden.py -m "slow or not slow" -n 2 --dist load
@@ -885,8 +886,7 @@ def test_every_case_is_recorded_and_every_recording_has_a_case():
 
 
 @pytest.mark.parametrize("name", [n if n in DEFAULT_RUN and n not in SLOW
-                                  else pytest.param(n, marks=[pytest.mark.slow,
-                                                              pytest.mark.xla_defaults])
+                                  else pytest.param(n, marks=pytest.mark.slow)
                                   for n in CASES])
 def test_golden(name):
     if jax.default_backend() != "cpu":
